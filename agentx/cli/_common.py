@@ -1,0 +1,60 @@
+"""Shared CLI pieces: output format options, tables, JSON, progress."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+
+import click
+import polars as pl
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+
+
+def emit_json(obj: object) -> None:
+    click.echo(json.dumps(obj, indent=2, sort_keys=True, default=_default))
+
+
+def _default(o: object) -> object:
+    if hasattr(o, "item"):
+        return o.item()
+    return str(o)
+
+
+def format_table(df: pl.DataFrame, *, float_digits: int = 4) -> str:
+    """A plain aligned text table (no box drawing, so it pastes cleanly)."""
+    cols = df.columns
+    rows: list[list[str]] = []
+    for rec in df.iter_rows():
+        rows.append([_cell(v, float_digits) for v in rec])
+    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
+    numeric = [df.schema[c].is_numeric() for c in cols]
+    def line(vals: Sequence[str]) -> str:
+        return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(vals, widths, numeric)).rstrip()
+    out = [line(cols), line(["-" * w for w in widths])]
+    out += [line(r) for r in rows]
+    return "\n".join(out)
+
+
+def _cell(v: object, digits: int) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        if v == 0:
+            return "0"
+        if abs(v) >= 1e6 or abs(v) < 1e-3:
+            return f"{v:.{digits - 1}e}"
+        return f"{v:,.{digits}g}" if abs(v) < 1e4 else f"{v:,.0f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def print_table(df: pl.DataFrame) -> None:
+    click.echo(format_table(df))
+
+
+def is_interactive() -> bool:
+    return sys.stderr.isatty()

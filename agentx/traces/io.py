@@ -1,0 +1,58 @@
+"""Reading and writing canonical traces (Parquet + key-value metadata)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from agentx.errors import InputError
+from agentx.io import read_parquet_checked, write_parquet_atomic
+from agentx.traces import schema as S
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A validated trace: the calls frame and its file metadata."""
+
+    calls: pl.DataFrame
+    meta: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def source(self) -> str:
+        return self.meta.get(S.META_SOURCE, "unknown")
+
+    @property
+    def hash_scope(self) -> str:
+        return self.meta.get(S.META_HASH_SCOPE, "none")
+
+
+def trace_metadata(source: str, *, block_size_tokens: int | None, hash_scope: str, options: dict | None = None) -> dict[str, str]:
+    return {
+        S.META_SCHEMA_VERSION: S.SCHEMA_VERSION,
+        S.META_SOURCE: source,
+        S.META_BLOCK_SIZE: "" if block_size_tokens is None else str(block_size_tokens),
+        S.META_HASH_SCOPE: hash_scope,
+        S.META_OPTIONS: json.dumps(options or {}, sort_keys=True),
+    }
+
+
+def write_trace(trace: Trace, path: os.PathLike | str) -> None:
+    df = S.conform(trace.calls)
+    S.validate(df, path)
+    meta = {S.META_SCHEMA_VERSION: S.SCHEMA_VERSION, **trace.meta}
+    write_parquet_atomic(df, path, meta)
+
+
+def read_trace(path: os.PathLike | str, *, validate: bool = True) -> Trace:
+    df, meta = read_parquet_checked(path)
+    version = meta.get(S.META_SCHEMA_VERSION)
+    if version is None:
+        raise InputError(path, f"not an agentx trace (no '{S.META_SCHEMA_VERSION}' metadata); convert it with 'agentx import'")
+    if version != S.SCHEMA_VERSION:
+        raise InputError(path, f"trace schema version {version}, this agentx reads version {S.SCHEMA_VERSION}")
+    if validate:
+        S.validate(df, path)
+    return Trace(df, meta)

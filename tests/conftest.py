@@ -1,0 +1,47 @@
+"""Shared fixtures. Real traces are read from ../shared/traces (skipped, with the reason, if absent)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_TRACES = Path(os.environ.get("AGENTX_SHARED_TRACES", REPO.parent / "shared" / "traces"))
+SAMPLE_TRACE = REPO / "traces" / "sample" / "weka-sample.parquet"
+
+
+def shared_path(*parts: str) -> Path:
+    """Path under ../shared/traces, or skip the test saying what is missing."""
+    p = SHARED_TRACES.joinpath(*parts)
+    if not p.exists():
+        pytest.skip(f"real trace {p} is absent (set AGENTX_SHARED_TRACES or place ../shared/traces)")
+    return p
+
+
+@pytest.fixture(scope="session")
+def shared_traces() -> Path:
+    return shared_path()
+
+
+@pytest.fixture(scope="session")
+def weka_dir() -> Path:
+    return shared_path("weka-claude-code")
+
+
+@pytest.fixture(scope="session")
+def weka_parquet(tmp_path_factory, weka_dir) -> Path:
+    """The whole shared Weka set imported once per test session (seeded, deterministic)."""
+    from agentx.traces.importers import import_trace
+
+    out = tmp_path_factory.mktemp("weka") / "weka.parquet"
+    import_trace("weka", weka_dir, out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def sample_trace() -> Path:
+    if not SAMPLE_TRACE.exists():
+        pytest.skip(f"bundled sample {SAMPLE_TRACE} not built yet")
+    return SAMPLE_TRACE
