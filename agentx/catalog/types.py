@@ -37,6 +37,7 @@ class ChipSpec:
     mamf_fraction: float | None  # measured best-shape matmul fraction of dense peak (NOTES.md (d))
     hbm_pj_per_bit: float  # HBM device + PHY energy (NOTES.md (b))
     source: str
+    mamf_fp8_fraction: float | None = None  # same as mamf_fraction, FP8 matmuls (NOTES.md (d))
 
     def flops_per_s(self, precision: str) -> float:
         """Dense peak for a compute precision; falls back to the next wider one if unsupported."""
