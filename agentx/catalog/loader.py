@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import tomllib
 import types
 import typing
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser as a package
+    import tomli as tomllib
 
 from agentx.catalog.types import ChipSpec, ModelSpec, SystemSpec
 from agentx.errors import CatalogError, UnknownNameError, did_you_mean
@@ -28,9 +32,16 @@ _SPECS = {"chips": ChipSpec, "systems": SystemSpec, "models": ModelSpec}
 # Keys that may be left out: fields only some architectures have default to 0.
 _ZERO_DEFAULTS = {
     "models": (
-        "kv_lora_rank", "qk_rope_head_dim", "q_lora_rank", "num_local_layers",
-        "local_window_tokens", "n_routed_experts", "experts_per_token", "n_shared_experts",
-        "moe_intermediate_size", "dense_intermediate_size",
+        "kv_lora_rank",
+        "qk_rope_head_dim",
+        "q_lora_rank",
+        "num_local_layers",
+        "local_window_tokens",
+        "n_routed_experts",
+        "experts_per_token",
+        "n_shared_experts",
+        "moe_intermediate_size",
+        "dense_intermediate_size",
     ),
 }
 _CHOICES = {("models", "attention"): ("gqa", "mla")}
@@ -38,8 +49,16 @@ _POSITIVE = {
     "chips": ("hbm_bytes", "hbm_bytes_per_s", "bf16_flops_per_s"),
     "systems": ("gpus_per_node", "scale_up_domain_gpus", "scale_up_bytes_per_s"),
     "models": (
-        "total_params", "active_params", "num_layers", "hidden_size", "vocab_size",
-        "num_attention_heads", "num_kv_heads", "qk_head_dim", "v_head_dim", "max_context_tokens",
+        "total_params",
+        "active_params",
+        "num_layers",
+        "hidden_size",
+        "vocab_size",
+        "num_attention_heads",
+        "num_kv_heads",
+        "qk_head_dim",
+        "v_head_dim",
+        "max_context_tokens",
     ),
 }
 
@@ -170,12 +189,21 @@ def _check_model_shape(where: str, v: dict) -> None:
     problems = [
         ("num_dense_layers", v["num_dense_layers"] <= v["num_layers"], "at most num_layers"),
         ("num_local_layers", v["num_local_layers"] <= v["num_layers"], "at most num_layers"),
-        ("local_window_tokens", (v["num_local_layers"] == 0) == (v["local_window_tokens"] == 0),
-         "> 0 exactly when num_local_layers > 0"),
-        ("experts_per_token", v["experts_per_token"] <= v["n_routed_experts"],
-         "at most n_routed_experts"),
-        ("moe_intermediate_size", v["n_routed_experts"] == 0 or v["moe_intermediate_size"] > 0,
-         "> 0 for a model with routed experts"),
+        (
+            "local_window_tokens",
+            (v["num_local_layers"] == 0) == (v["local_window_tokens"] == 0),
+            "> 0 exactly when num_local_layers > 0",
+        ),
+        (
+            "experts_per_token",
+            v["experts_per_token"] <= v["n_routed_experts"],
+            "at most n_routed_experts",
+        ),
+        (
+            "moe_intermediate_size",
+            v["n_routed_experts"] == 0 or v["moe_intermediate_size"] > 0,
+            "> 0 for a model with routed experts",
+        ),
         ("kv_lora_rank", v["attention"] != "mla" or v["kv_lora_rank"] > 0, "> 0 for MLA attention"),
     ]
     for key, ok, expected in problems:
