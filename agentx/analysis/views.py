@@ -1,0 +1,248 @@
+"""One DuckDB connection with ready-made views over traces and run directories.
+
+Traces become ``calls`` (one row per call, plus a ``trace`` column naming the file) and
+``sessions`` (one row per session). Every run table becomes a view of the same name holding
+the rows of all runs side by side, with a ``run`` column naming each run, so runs compare in
+one query; a run table whose name is taken by a trace view is prefixed with its run kind
+(a replay run's ``calls`` is ``replay_calls``). ``runs`` lists the runs (kind, system, model,
+GPUs, trace fingerprint) and ``summary`` flattens each run's ``summary.json`` to numbers.
+
+Data is read with polars and registered as Arrow (no copy); then file access is switched off
+and the configuration locked, so a query can read only what was loaded and write nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from agentx.errors import AgentxError, InputError
+from agentx.io import read_parquet_checked
+from agentx.runs import Run, find_runs
+from agentx.traces.io import read_trace
+
+TRACE_VIEWS = ("calls", "sessions")
+RUN_VIEWS = ("runs", "summary")
+
+# Config keys that name the hardware system, model and GPU count, newest spelling first:
+# producers landed at different times and the views must read all of them.
+SYSTEM_KEYS = ("system", "hw", "hardware")
+MODEL_KEYS = ("model",)
+GPU_KEYS = ("gpus", "num_gpus", "n_gpus")
+
+SESSIONS_SQL = """
+SELECT trace, session_id,
+       count(*) AS calls,
+       count(agent_id) AS subagent_calls,
+       arg_min(input_tokens, call_index) AS first_input_tokens,
+       arg_max(input_tokens, call_index) AS last_input_tokens,
+       max(input_tokens) AS max_input_tokens,
+       sum(input_tokens) AS input_tokens,
+       sum(reused_prefix_tokens) AS reused_prefix_tokens,
+       sum(new_tokens) AS new_tokens,
+       sum(output_tokens) AS output_tokens,
+       count(*) FILTER (WHERE is_compaction) AS compactions,
+       min(t_start_s) AS t_first_s,
+       max(t_start_s) AS t_last_s,
+       max(t_start_s) - min(t_start_s) AS duration_s,
+       sum(reused_prefix_tokens) / nullif(sum(input_tokens), 0) AS reuse_ratio
+FROM calls GROUP BY trace, session_id
+ORDER BY trace, session_id
+"""
+
+
+class QueryError(AgentxError):
+    """A SQL query DuckDB refused (syntax, unknown name, forbidden file access)."""
+
+
+@dataclass
+class Database:
+    """The open connection and what it holds (view name → source description)."""
+
+    con: duckdb.DuckDBPyConnection
+    views: dict[str, str] = field(default_factory=dict)
+    _frames: list[object] = field(default_factory=list, repr=False)
+
+    def query(self, sql: str) -> pl.DataFrame:
+        """Run ``sql`` and return the last statement's result as a polars frame."""
+        try:
+            rel = self.con.sql(sql)
+            if rel is None:  # the last statement returned no rows (CREATE, SET, …)
+                return pl.DataFrame()
+            out = pl.from_arrow(rel.to_arrow_table())
+            out = out if isinstance(out, pl.DataFrame) else out.to_frame()
+            return _plain_numbers(out)
+        except duckdb.Error as exc:
+            raise QueryError(_explain(exc, self.views)) from None
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _plain_numbers(df: pl.DataFrame) -> pl.DataFrame:
+    # DuckDB widens integer sums to HUGEINT (a decimal in Arrow); token counts fit in Int64
+    # and users expect integers in CSV/JSON, not decimal strings.
+    casts = []
+    for name, dtype in df.schema.items():
+        if isinstance(dtype, pl.Decimal):
+            casts.append(pl.col(name).cast(pl.Int64 if dtype.scale == 0 else pl.Float64))
+    return df.with_columns(casts) if casts else df
+
+
+def _explain(exc: duckdb.Error, views: dict[str, str]) -> str:
+    msg = " ".join(str(exc).split("\n")[0].split())
+    if isinstance(exc, duckdb.PermissionException):
+        return f"query refused: {msg} (agentx sql reads only the loaded traces and runs; write results with -o)"
+    if isinstance(exc, duckdb.CatalogException) and views:
+        return f"query failed: {msg}; views: {', '.join(sorted(views))}"
+    return f"query failed: {msg}"
+
+
+def open_db(
+    traces: Sequence[os.PathLike | str] = (),
+    runs: Sequence[os.PathLike | str] = (),
+    *,
+    lock: bool = True,
+) -> Database:
+    """A DuckDB connection with views over ``traces`` (Parquet files) and every run under ``runs``."""
+    con = duckdb.connect(":memory:")
+    db = Database(con)
+    if traces:
+        _add_traces(db, [Path(t) for t in traces])
+    found: list[tuple[str, Run]] = []
+    for root in runs:
+        root = Path(root)
+        if not root.exists():
+            raise InputError(root, "no such run folder")
+        for run in find_runs(root):
+            found.append((_run_name(root, run), run))
+    names = [n for n, _ in found]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise InputError(
+            dup[0], "two runs share this name; pass folders whose runs have distinct paths"
+        )
+    if found:
+        _add_runs(db, found)
+    if lock:
+        # Order matters: once locked, nothing can turn file access back on.
+        con.execute("SET python_enable_replacements = false")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+    return db
+
+
+def _register(db: Database, name: str, df: pl.DataFrame, source: str) -> None:
+    table = df.to_arrow()
+    db._frames.append(table)  # keep the Arrow buffers alive as long as the connection
+    db.con.register(f"_src_{name}", table)
+    db.con.execute(f'CREATE VIEW "{name}" AS SELECT * FROM "_src_{name}"')
+    db.views[name] = source
+
+
+def _add_traces(db: Database, paths: list[Path]) -> None:
+    stems = [p.stem for p in paths]
+    frames = []
+    for p, stem in zip(paths, stems, strict=True):
+        label = stem if stems.count(stem) == 1 else str(p)
+        frames.append(read_trace(p).calls.with_columns(pl.lit(label).alias("trace")))
+    calls = pl.concat(frames, how="vertical_relaxed")
+    calls = calls.select(["trace", *[c for c in calls.columns if c != "trace"]])
+    _register(db, "calls", calls, "trace calls: " + ", ".join(str(p) for p in paths))
+    db.con.execute(f"CREATE VIEW sessions AS {SESSIONS_SQL}")
+    db.views["sessions"] = "one row per session of the traces"
+
+
+def _run_name(root: Path, run: Run) -> str:
+    rel = run.path.relative_to(root) if run.path != root else Path(run.path.name)
+    return rel.as_posix() if str(rel) != "." else run.path.resolve().name
+
+
+def _first(config: dict, keys: Iterable[str]) -> object:
+    for k in keys:
+        if config.get(k) is not None:
+            return config[k]
+    return None
+
+
+def _run_row(name: str, run: Run) -> dict:
+    m = run.manifest
+    cfg = m.get("config") or {}
+    trace = (m.get("inputs") or {}).get("trace") or {}
+    gpus = _first(cfg, GPU_KEYS)
+    return {
+        "run": name,
+        "kind": run.kind,
+        "run_id": m.get("run_id"),
+        "path": str(run.path),
+        "system": None if _first(cfg, SYSTEM_KEYS) is None else str(_first(cfg, SYSTEM_KEYS)),
+        "model": None if _first(cfg, MODEL_KEYS) is None else str(_first(cfg, MODEL_KEYS)),
+        "gpus": int(gpus) if isinstance(gpus, (int, float)) else None,
+        "trace_path": trace.get("path"),
+        "trace_sha256": trace.get("sha256"),
+        "agentx_version": m.get("agentx_version"),
+        "catalog_version": m.get("catalog_version"),
+        "config": json.dumps(cfg, sort_keys=True, default=str),
+    }
+
+
+def _flatten(prefix: str, obj: object, out: list[tuple[str, float]]) -> None:
+    if isinstance(obj, dict):
+        for k in sorted(obj):
+            _flatten(f"{prefix}.{k}" if prefix else str(k), obj[k], out)
+    elif isinstance(obj, (bool, int, float)):
+        out.append((prefix, float(obj)))
+
+
+RUNS_SCHEMA = {
+    "run": pl.String,
+    "kind": pl.String,
+    "run_id": pl.String,
+    "path": pl.String,
+    "system": pl.String,
+    "model": pl.String,
+    "gpus": pl.Int64,
+    "trace_path": pl.String,
+    "trace_sha256": pl.String,
+    "agentx_version": pl.String,
+    "catalog_version": pl.String,
+    "config": pl.String,
+}
+
+
+def _add_runs(db: Database, found: list[tuple[str, Run]]) -> None:
+    runs = pl.DataFrame([_run_row(n, r) for n, r in found], schema=RUNS_SCHEMA)
+    _register(db, "runs", runs, "one row per run directory")
+    rows: list[tuple[str, str, float]] = []
+    for name, run in found:
+        flat: list[tuple[str, float]] = []
+        _flatten("", run.summary(), flat)
+        rows += [(name, k, v) for k, v in flat]
+    summary = pl.DataFrame(
+        rows, schema={"run": pl.String, "key": pl.String, "value": pl.Float64}, orient="row"
+    )
+    _register(db, "summary", summary, "numbers of each run's summary.json, one per row")
+    tables: dict[str, list[pl.DataFrame]] = {}
+    for name, run in found:
+        for table_file in sorted(run.path.glob("*.parquet")):
+            view = table_file.stem
+            if view in TRACE_VIEWS or view in RUN_VIEWS:
+                view = f"{run.kind.replace('-', '_')}_{view}"
+            df, _ = read_parquet_checked(table_file)
+            tables.setdefault(view, []).append(df.with_columns(pl.lit(name).alias("run")))
+    for view, frames in sorted(tables.items()):
+        df = pl.concat(frames, how="diagonal_relaxed")
+        df = df.select(["run", *[c for c in df.columns if c != "run"]])
+        _register(db, view, df, f"{view} of {len(frames)} run(s)")

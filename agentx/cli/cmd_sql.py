@@ -1,0 +1,108 @@
+"""``agentx sql``: DuckDB over traces and run directories."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import polars as pl
+
+from agentx.cli._common import format_table
+from agentx.errors import UsageError
+
+FORMATS = ("table", "csv", "json", "parquet")
+
+
+@click.command(
+    "sql",
+    epilog='Example: agentx sql "SELECT count(*) FROM sessions" w.parquet --format json',
+)
+@click.argument("sql", required=False)
+@click.argument("traces", nargs=-1, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--runs",
+    "runs",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Folder of run directories (repeatable); each table becomes a view with a 'run' column.",
+)
+@click.option("--query", "query_name", help="Run a named query from analysis/*.sql instead of SQL.")
+@click.option("--list-queries", is_flag=True, help="List the named queries and exit.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="table",
+    show_default=True,
+    help="Output format (parquet needs -o).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the result here (atomically) instead of printing it.",
+)
+def command(sql, traces, runs, query_name, list_queries, fmt, output) -> None:
+    """Run SQL over TRACES (views calls, sessions) and runs (views per table, runs, summary).
+
+    SQL reads only the loaded data: file access is switched off before your query runs, so
+    COPY … TO, ATTACH, INSTALL and read_parquet('…') fail; use -o to save a result.
+    """
+    from agentx.analysis.queries import get_query
+    from agentx.analysis.queries import list_queries as all_queries
+
+    if list_queries:
+        for q in all_queries():
+            click.echo(f"{q.name:<22} {q.description}  [needs: {', '.join(q.needs)}]")
+        return
+    if query_name:
+        if sql is not None:
+            # click took the first trace path as SQL: with --query every argument is a trace.
+            traces = (Path(sql), *traces)
+        sql = get_query(query_name).sql
+    if not sql:
+        raise UsageError("give a SQL statement or --query NAME (see --list-queries)")
+    if fmt == "parquet" and output is None:
+        raise UsageError("--format parquet writes binary data; give -o OUT.parquet")
+    run_result(sql, list(traces), list(runs), fmt, output)
+
+
+def run_result(
+    sql: str, traces: list[Path], runs: list[Path], fmt: str, output: Path | None
+) -> None:
+    from agentx.analysis.views import open_db
+    from agentx.io import ensure_distinct, write_parquet_atomic, write_text_atomic
+
+    if output is not None:
+        inputs = [*traces, *runs]
+        ensure_distinct(output, inputs)
+        for r in runs:
+            if r.is_dir() and r.resolve() in output.resolve().parents:
+                raise UsageError(
+                    f"output path '{output}' lies inside the run folder '{r}'; choose another -o"
+                )
+    with open_db(traces, runs) as db:
+        df = db.query(sql)
+    if fmt == "parquet":
+        write_parquet_atomic(df, output)
+        return
+    text = render(df, fmt)
+    if output is None:
+        click.echo(text, nl=not text.endswith("\n"))
+    else:
+        write_text_atomic(output, text if text.endswith("\n") else text + "\n")
+
+
+def render(df: pl.DataFrame, fmt: str) -> str:
+    if fmt == "csv":
+        return df.write_csv()
+    if fmt == "json":
+        return json.dumps(df.to_dicts(), indent=2, default=_json_value) + "\n"
+    return format_table(df)
+
+
+def _json_value(o: object) -> object:
+    if hasattr(o, "isoformat"):
+        return o.isoformat()
+    return str(o)
