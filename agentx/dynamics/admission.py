@@ -1,0 +1,129 @@
+"""Admission control at SEED-16's layered time scales, and the oscillation metric (SEED-15).
+
+Three policies decide how many waiting calls enter the fill stage and which filled calls
+(in the ready buffer) join the decode batch:
+
+- ``greedy``: admit every arrival at once; a ready call joins the decode batch whenever its
+  KV fits *now*. This is the naive scheduler of SEED-15: it fills the decode pool to the brim,
+  the contexts then grow one token per step, the pool overflows and sequences are preempted
+  and recomputed, which loads the fill stage again.
+- ``token-bucket``: admits at the smoothed (EWMA) arrival rate with a bounded burst, so a
+  burst is spread over seconds instead of hitting the fill stage at once.
+- ``pi``: a proportional-integral controller on the backlog inside the system (fill queue +
+  transfers + ready buffer) sets the admission rate around the decode stage's observed uptake.
+
+Both smoothed policies keep a KV reserve for context growth when admitting into decode and
+cap the decode batch so the step time stays under a TPOT target. Time scales: token-level
+(each decode step): bucket refill, admission, decode joins; buffer management (every second):
+rate update; worker reconfiguration (every minute): the decode batch cap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from agentx.errors import UnknownNameError
+
+POLICIES = ("greedy", "token-bucket", "pi")
+
+# Indices into the float64 policy vector the kernel reads (numba freezes these globals).
+Q_KIND, Q_TARGET_BACKLOG, Q_TAU_S, Q_KP, Q_KI, Q_KV_RESERVE, Q_TPOT_TARGET_S, Q_BURST, Q_ALPHA = range(9)
+N_Q = 9
+
+
+@dataclass(frozen=True)
+class AdmissionPolicy:
+    name: str = "greedy"
+    target_backlog_calls: float = 8.0  # calls inside the system between admission and decode
+    tau_s: float = 4.0  # time constant of the proportional term (rate = uptake + e / tau)
+    kp: float = 0.25  # PI gains on backlog error (calls → calls/s)
+    ki: float = 0.02
+    kv_reserve: float = 0.10  # share of decode KV kept free for context growth
+    tpot_target_s: float = 0.0  # 0 = no minute-level batch cap
+    burst_calls: float = 4.0  # token-bucket depth
+    ewma_alpha: float = 0.2  # per-second smoothing of observed rates
+
+    def __post_init__(self) -> None:
+        if self.name not in POLICIES:
+            raise UnknownNameError("policy", self.name, POLICIES)
+
+    def vector(self) -> np.ndarray:
+        q = np.zeros(N_Q)
+        q[Q_KIND] = POLICIES.index(self.name)
+        q[Q_TARGET_BACKLOG] = self.target_backlog_calls
+        q[Q_TAU_S] = self.tau_s
+        q[Q_KP] = self.kp
+        q[Q_KI] = self.ki
+        q[Q_KV_RESERVE] = 0.0 if self.name == "greedy" else self.kv_reserve
+        q[Q_TPOT_TARGET_S] = 0.0 if self.name == "greedy" else self.tpot_target_s
+        q[Q_BURST] = self.burst_calls
+        q[Q_ALPHA] = self.ewma_alpha
+        return q
+
+
+@njit(cache=True)
+def fill_admissions(q, waiting, bucket):
+    """Token level: how many waiting calls enter the fill stage now (bucket already refilled)."""
+    if q[Q_KIND] == 0:
+        return waiting
+    return min(waiting, int(bucket))
+
+
+@njit(cache=True)
+def decode_fits(q, kv_used, ctx, kv_capacity):
+    """Token level: may a ready sequence with ``ctx`` tokens join the decode batch now?"""
+    return kv_used + ctx <= kv_capacity * (1.0 - q[Q_KV_RESERVE])
+
+
+@njit(cache=True)
+def update_rate(q, state, backlog, arrivals_last_s, uptake_last_s):
+    """Buffer management, once a second. ``state`` = [rate, integral, ewma_arrivals, ewma_uptake]."""
+    a = q[Q_ALPHA]
+    state[2] = (1 - a) * state[2] + a * arrivals_last_s
+    state[3] = (1 - a) * state[3] + a * uptake_last_s
+    e = q[Q_TARGET_BACKLOG] - backlog
+    if q[Q_KIND] == 1:
+        state[0] = max(state[2], 0.05)
+    elif q[Q_KIND] == 2:
+        lim = q[Q_TARGET_BACKLOG] * 20.0  # anti-windup
+        state[1] = min(lim, max(-lim, state[1] + e))
+        state[0] = max(0.05, state[3] + q[Q_KP] * e + q[Q_KI] * state[1])
+
+
+@njit(cache=True)
+def batch_cap(q, max_batch, decode_time, ctx_grid, ctx_mean):
+    """Worker reconfiguration, once a minute: largest batch whose step meets the TPOT target."""
+    if q[Q_TPOT_TARGET_S] <= 0.0:
+        return max_batch
+    g = min(max(np.searchsorted(ctx_grid, ctx_mean), 1), ctx_grid.shape[0] - 1)
+    for b in range(max_batch, 0, -1):
+        if decode_time[b, g] <= q[Q_TPOT_TARGET_S]:
+            return b
+    return 1
+
+
+def oscillation_index(series: np.ndarray, sample_s: float, window_s: float = 120.0) -> dict:
+    """How much a queue-length series swings around its own slow trend.
+
+    ``swing`` = standard deviation of the series minus its centred moving average over
+    ``window_s``, divided by the series mean: 0 for a flat or slowly drifting queue, about
+    0.7 for a square wave between 0 and twice its mean. ``peak_period_s`` is the period of the
+    largest non-DC peak of the periodogram and ``peak_share`` its share of the variance (a
+    sharp periodic oscillation has a large share; noise spreads it out).
+    """
+    x = np.asarray(series, dtype=np.float64)
+    mean = float(x.mean()) if x.size else 0.0
+    if x.size < 4 or mean <= 0:
+        return {"swing": 0.0, "peak_period_s": float("nan"), "peak_share": 0.0, "mean": mean}
+    w = max(1, int(round(window_s / sample_s)))
+    trend = np.convolve(np.pad(x, (w // 2, w - 1 - w // 2), mode="edge"), np.ones(w) / w, "valid")
+    swing = float(np.std(x - trend) / mean)
+    p = np.abs(np.fft.rfft(x - mean)) ** 2
+    p[0] = 0.0
+    k = int(np.argmax(p))
+    share = float(p[k] / p.sum()) if p.sum() > 0 else 0.0
+    period = float(x.size * sample_s / k) if k > 0 else float("nan")
+    return {"swing": swing, "peak_period_s": period, "peak_share": share, "mean": mean}

@@ -1,0 +1,370 @@
+"""The time-stepped serving simulator as one numba kernel (the only sequential loop).
+
+Each iteration is one decode step of the decode pool (or, when decode is idle, the time to
+the next event: a fill completing, a KV transfer landing, an arrival, a control tick). Calls
+move arrival → admission queue → fill queue → [KV transfer] → ready buffer → decode batch →
+done. Stop times are only discovered when a sequence emits its last token: admission looks at
+current contexts only, never at ``out_tok``. See ``engine.py`` for the Python side.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from agentx.dynamics.admission import batch_cap, decode_fits, fill_admissions, update_rate
+
+# Parameter vector layout (numba freezes these module globals at compile time).
+(P_MODE, P_MAX_BATCH, P_KV_CAP, P_CHUNK, P_MAX_WAIT, P_SAMPLE, P_IDLE_FILL_W, P_IDLE_DEC_W,
+ P_GPUS_FILL, P_GPUS_DEC, P_KV_BPT, P_LINK_BPS, P_LINK_J_PER_B, P_HORIZON, P_LINK_LAT_S) = range(15)
+N_P = 15
+DONE, DROPPED, UNARRIVED = 1, 2, 0
+R_NONE, R_TIMEOUT, R_TOO_LONG, R_KV_EXHAUSTED, R_HORIZON = 0, 1, 2, 3, 4
+N_TS = 10  # timeseries columns, see engine.TS_COLUMNS
+
+
+@njit(cache=True)
+def _interp_row(table, b, grid, x):
+    g = min(max(np.searchsorted(grid, x), 1), grid.shape[0] - 1)
+    x0, x1 = grid[g - 1], grid[g]
+    w = min(max((x - x0) / (x1 - x0), 0.0), 1.0)
+    return table[b, g - 1] * (1 - w) + table[b, g] * w
+
+
+@njit(cache=True)
+def _interp1(ys, grid, x):
+    g = min(max(np.searchsorted(grid, x), 1), grid.shape[0] - 1)
+    x0, x1 = grid[g - 1], grid[g]
+    return ys[g - 1] + (ys[g] - ys[g - 1]) * (x - x0) / (x1 - x0)
+
+
+@njit(cache=True)
+def _heap_push(hk, hv, hs, key, val):
+    i = hs
+    hk[i] = key
+    hv[i] = val
+    while i > 0:
+        par = (i - 1) // 2
+        if hk[par] < hk[i] or (hk[par] == hk[i] and hv[par] <= hv[i]):
+            break
+        hk[par], hk[i] = hk[i], hk[par]
+        hv[par], hv[i] = hv[i], hv[par]
+        i = par
+    return hs + 1
+
+
+@njit(cache=True)
+def _heap_pop(hk, hv, hs):
+    hs -= 1
+    hk[0], hv[0] = hk[hs], hv[hs]
+    i = 0
+    while True:
+        lo, r, m = 2 * i + 1, 2 * i + 2, i
+        if lo < hs and (hk[lo] < hk[m] or (hk[lo] == hk[m] and hv[lo] < hv[m])):
+            m = lo
+        if r < hs and (hk[r] < hk[m] or (hk[r] == hk[m] and hv[r] < hv[m])):
+            m = r
+        if m == i:
+            return hs
+        hk[m], hk[i] = hk[i], hk[m]
+        hv[m], hv[i] = hv[i], hv[m]
+        i = m
+
+
+@njit(cache=True)
+def simulate_kernel(t_start, think, new_tok, prefix_tok, out_tok, next_call, first_calls,
+                    fill_work, fill_energy, dec_t, dec_e, ctx_grid, pre_t, pre_e, fill_grid, p, q):
+    n = t_start.shape[0]
+    mode_agg = p[P_MODE] == 1.0
+    max_batch = int(p[P_MAX_BATCH])
+    kv_cap = p[P_KV_CAP]
+    sample_s = p[P_SAMPLE]
+    arrival = np.full(n, np.nan)
+    admitted = np.full(n, np.nan)
+    first = np.full(n, np.nan)
+    done = np.full(n, np.nan)
+    status = np.zeros(n, np.int8)
+    reason = np.zeros(n, np.int8)
+    preempt = np.zeros(n, np.int32)
+    kv_moved = np.zeros(n)
+    rem_work = np.zeros(n)
+    rem_tok = np.zeros(n)
+    e_rate = np.zeros(n)
+    ctx = np.zeros(n)
+    gen = np.zeros(n, np.int64)
+    seq = np.zeros(n, np.int64)
+    cap = n + 1
+    wq = np.empty(cap, np.int64)
+    fq = np.empty(cap, np.int64)
+    xq = np.empty(cap, np.int64)
+    rq = np.empty(cap, np.int64)
+    wh = wt = fh = ft = xh = xt = rh = rt = 0
+    xend = np.zeros(n)
+    fill_end = np.zeros(n)
+    batch = np.empty(max_batch + 1, np.int64)
+    nb = 0
+    kv_used = 0.0
+    hk = np.empty(first_calls.shape[0] + 1)
+    hv = np.empty(first_calls.shape[0] + 1, np.int64)
+    hs = 0
+    for i in first_calls:
+        hs = _heap_push(hk, hv, hs, t_start[i], i)
+    t = hk[0] if hs > 0 else 0.0
+    t0 = t
+    ts = np.zeros((1024, N_TS))
+    nts = 0
+    bin_end = t0 + sample_s
+    acc_e = 0.0
+    acc_busy = 0.0
+    ctrl = np.zeros(4)  # rate, integral, ewma arrivals, ewma uptake
+    ctrl[0] = q[1] / max(q[2], 1e-9)
+    bucket = q[7]
+    next_sec = t0 + 1.0
+    next_min = t0 + 60.0
+    arr_sec = 0.0
+    up_sec = 0.0
+    cap_b = max_batch
+    ctx_mean_seen = 1.0
+    link_free = t0
+    in_sys = 0
+    resolved = 0
+    seqc = 0
+    n_steps = 0
+    while resolved < n and t < p[P_HORIZON]:
+        # arrivals whose time has come
+        while hs > 0 and hk[0] <= t:
+            i = hv[0]
+            arrival[i] = hk[0]
+            hs = _heap_pop(hk, hv, hs)
+            in_sys += 1
+            arr_sec += 1.0
+            if prefix_tok[i] + new_tok[i] + 1 > kv_cap:
+                status[i], reason[i], done[i] = DROPPED, R_TOO_LONG, t
+                in_sys -= 1
+                resolved += 1
+                j = next_call[i]
+                if j >= 0:
+                    hs = _heap_push(hk, hv, hs, max(t_start[j], t + think[j]), j)
+            else:
+                wq[wt % cap] = i
+                wt += 1
+        while xt > xh and xend[xq[xh % cap]] <= t:
+            rq[rt % cap] = xq[xh % cap]
+            rt += 1
+            xh += 1
+        # buffer management (seconds) and worker reconfiguration (minutes)
+        while t >= next_sec:
+            update_rate(q, ctrl, float((ft - fh) + (xt - xh) + (rt - rh)), arr_sec, up_sec)
+            arr_sec = 0.0
+            up_sec = 0.0
+            next_sec += 1.0
+        while t >= next_min:
+            if nb > 0:
+                ctx_mean_seen = kv_used / nb
+            cap_b = batch_cap(q, max_batch, dec_t, ctx_grid, ctx_mean_seen)
+            next_min += 60.0
+        # admission timeouts, then token-level admission into fill
+        while wt > wh and t - arrival[wq[wh % cap]] > p[P_MAX_WAIT]:
+            i = wq[wh % cap]
+            wh += 1
+            status[i], reason[i], done[i] = DROPPED, R_TIMEOUT, t
+            in_sys -= 1
+            resolved += 1
+            j = next_call[i]
+            if j >= 0:
+                hs = _heap_push(hk, hv, hs, max(t_start[j], t + think[j]), j)
+        k = fill_admissions(q, wt - wh, bucket)
+        if q[0] != 0:
+            bucket -= k
+        for _ in range(k):
+            i = wq[wh % cap]
+            wh += 1
+            admitted[i] = t
+            rem_tok[i] = max(new_tok[i], 1.0)
+            rem_work[i] = fill_work[i]
+            e_rate[i] = fill_energy[i] / fill_work[i] if fill_work[i] > 0 else 0.0
+            fq[ft % cap] = i
+            ft += 1
+        # token level: ready sequences join the decode batch while their KV fits
+        while rt > rh and nb < cap_b:
+            i = rq[rh % cap]
+            if not decode_fits(q, kv_used, ctx[i], kv_cap) and nb > 0:
+                break
+            rh += 1
+            batch[nb] = i
+            nb += 1
+            kv_used += ctx[i]
+            seq[i] = seqc
+            seqc += 1
+            up_sec += 1.0
+        # length of this iteration
+        dec_dt = 0.0
+        dec_en = 0.0
+        if nb > 0:
+            dec_dt = _interp_row(dec_t, nb, ctx_grid, kv_used / nb)
+            dec_en = _interp_row(dec_e, nb, ctx_grid, kv_used / nb)
+        fill_busy = 0.0
+        fill_en = 0.0
+        link_en = 0.0
+        filled = np.empty(0, np.int64)
+        if mode_agg:
+            budget = p[P_CHUNK]
+            while ft > fh and budget > 0:
+                i = fq[fh % cap]
+                take = min(rem_tok[i], budget)
+                w = rem_work[i] * take / rem_tok[i]
+                fill_busy += w
+                fill_en += w * e_rate[i]
+                rem_tok[i] -= take
+                rem_work[i] -= w
+                budget -= take
+                if rem_tok[i] <= 0:
+                    fh += 1
+                    filled = np.append(filled, i)
+            dt = dec_dt + fill_busy
+        else:
+            dt = dec_dt
+        if dt <= 0.0:
+            nxt = np.inf
+            if hs > 0:
+                nxt = min(nxt, hk[0])
+            if xt > xh:
+                nxt = min(nxt, xend[xq[xh % cap]])
+            if not mode_agg and ft > fh:
+                nxt = min(nxt, t + rem_work[fq[fh % cap]])
+            if wt > wh:
+                nxt = min(nxt, next_sec)
+            if nxt == np.inf:
+                break
+            dt = max(nxt - t, 1e-9)
+        t1 = t + dt
+        if not mode_agg:
+            tt = t
+            while ft > fh:
+                i = fq[fh % cap]
+                if tt + rem_work[i] <= t1:
+                    tt += rem_work[i]
+                    fill_en += rem_work[i] * e_rate[i]
+                    rem_work[i] = 0.0
+                    fh += 1
+                    filled = np.append(filled, i)
+                    fill_end[i] = tt
+                else:
+                    fill_en += (t1 - tt) * e_rate[i]
+                    rem_work[i] -= t1 - tt
+                    tt = t1
+                    break
+            fill_busy = tt - t
+        # fills that completed in this iteration: first token, then transfer or ready buffer
+        for i in filled:
+            tf = fill_end[i] if not mode_agg else t1
+            if np.isnan(first[i]):
+                first[i] = tf
+            if gen[i] == 0:
+                gen[i] = 1
+                ctx[i] = prefix_tok[i] + new_tok[i] + 1
+            if gen[i] >= out_tok[i]:
+                status[i], done[i] = DONE, tf
+                in_sys -= 1
+                resolved += 1
+                j = next_call[i]
+                if j >= 0:
+                    hs = _heap_push(hk, hv, hs, max(t_start[j], tf + think[j]), j)
+            elif mode_agg:
+                rq[rt % cap] = i
+                rt += 1
+            else:
+                nbytes = ctx[i] * p[P_KV_BPT]
+                start = max(tf, link_free)
+                xend[i] = start + p[P_LINK_LAT_S] + nbytes / p[P_LINK_BPS]
+                link_free = xend[i]
+                kv_moved[i] += nbytes
+                link_en += nbytes * p[P_LINK_J_PER_B]
+                xq[xt % cap] = i
+                xt += 1
+        # decode step: every sequence emits one token; the stop is known only when reached
+        if nb > 0:
+            n_steps += 1
+            kv_used += nb
+            m = 0
+            while m < nb:
+                i = batch[m]
+                gen[i] += 1
+                ctx[i] += 1
+                if gen[i] >= out_tok[i]:
+                    status[i], done[i] = DONE, t1
+                    in_sys -= 1
+                    resolved += 1
+                    kv_used -= ctx[i]
+                    nb -= 1
+                    batch[m] = batch[nb]
+                    j = next_call[i]
+                    if j >= 0:
+                        hs = _heap_push(hk, hv, hs, max(t_start[j], t1 + think[j]), j)
+                else:
+                    m += 1
+            # KV overflow: preempt the newest sequence and recompute it later (vLLM-style)
+            while kv_used > kv_cap and nb > 0:
+                v = 0
+                for m in range(1, nb):
+                    if seq[batch[m]] > seq[batch[v]]:
+                        v = m
+                i = batch[v]
+                nb -= 1
+                batch[v] = batch[nb]
+                kv_used -= ctx[i]
+                if nb == 0:
+                    status[i], reason[i], done[i] = DROPPED, R_KV_EXHAUSTED, t1
+                    in_sys -= 1
+                    resolved += 1
+                    j = next_call[i]
+                    if j >= 0:
+                        hs = _heap_push(hk, hv, hs, max(t_start[j], t1 + think[j]), j)
+                else:
+                    preempt[i] += 1
+                    rem_tok[i] = ctx[i]
+                    rem_work[i] = _interp1(pre_t, fill_grid, ctx[i])
+                    e_rate[i] = _interp1(pre_e, fill_grid, ctx[i]) / max(rem_work[i], 1e-12)
+                    fq[ft % cap] = i
+                    ft += 1
+        if q[0] != 0:
+            bucket = min(q[7], bucket + ctrl[0] * dt)
+        # energy and busy GPU-seconds, spread over the fixed sample intervals
+        if mode_agg:
+            busy = p[P_GPUS_DEC] * dt if (dec_dt + fill_busy) > 0 else 0.0
+            idle_e = p[P_IDLE_DEC_W] * dt if busy == 0 else 0.0
+        else:
+            busy = p[P_GPUS_DEC] * dec_dt + p[P_GPUS_FILL] * fill_busy
+            idle_e = p[P_IDLE_DEC_W] * (dt - dec_dt) + p[P_IDLE_FILL_W] * (dt - fill_busy)
+        e_tot = dec_en + fill_en + link_en + idle_e
+        a = t
+        while t1 >= bin_end:
+            frac = (bin_end - a) / dt
+            acc_e += e_tot * frac
+            acc_busy += busy * frac
+            if nts == ts.shape[0]:
+                grown = np.zeros((2 * nts, N_TS))
+                grown[:nts] = ts
+                ts = grown
+            ts[nts, 0] = bin_end - sample_s
+            ts[nts, 1] = wt - wh
+            ts[nts, 2] = ft - fh
+            ts[nts, 3] = rt - rh
+            ts[nts, 4] = nb
+            ts[nts, 5] = acc_busy / (sample_s * (p[P_GPUS_DEC] + (0.0 if mode_agg else p[P_GPUS_FILL])))
+            ts[nts, 6] = acc_e / sample_s
+            ts[nts, 7] = in_sys
+            ts[nts, 8] = kv_used
+            ts[nts, 9] = dec_dt
+            nts += 1
+            acc_e = 0.0
+            acc_busy = 0.0
+            a = bin_end
+            bin_end += sample_s
+        acc_e += e_tot * (t1 - a) / dt
+        acc_busy += busy * (t1 - a) / dt
+        t = t1
+    for i in range(n):
+        if status[i] == UNARRIVED and not np.isnan(arrival[i]):
+            status[i], reason[i], done[i] = DROPPED, R_HORIZON, t
+    return arrival, admitted, first, done, status, reason, preempt, kv_moved, ts[:nts], n_steps
