@@ -5,12 +5,20 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import click
 import polars as pl
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+catalog_option = click.option(
+    "--catalog",
+    "catalog_files",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Extra catalog TOML with [chips.*], [systems.*], [models.*] (repeatable; later wins).",
+)
 
 
 def emit_json(obj: object) -> None:
