@@ -187,7 +187,8 @@ def describe(cfg: ServingConfig) -> str:
     if cfg.dp_attention:
         parts.append("dp-attention")
     parts.append(cfg.weight_precision)
-    return f"{cfg.gpus} × {cfg.system.name} ({', '.join(parts)})"
+    where = cfg.system.name if cfg.system is not None else "GPUs"
+    return f"{cfg.gpus} × {where} ({', '.join(parts)})"
 
 
 def check_fits(cfg: ServingConfig) -> None:
