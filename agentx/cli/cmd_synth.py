@@ -1,0 +1,141 @@
+"""``agentx synth``: write a seeded synthetic agentic trace, optionally fitted to a real one."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from pathlib import Path
+
+import click
+import polars as pl
+
+from agentx.cli._common import emit_json, json_option, print_table
+from agentx.errors import UsageError
+
+DEFAULT_SESSIONS = 100
+
+
+@click.command(
+    "synth",
+    epilog="Example: agentx synth -o s.parquet --sessions 600 --seed 1 --context-limit-tokens 200000",
+)
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Trace to write (atomically).",
+)
+@click.option(
+    "--sessions",
+    type=int,
+    help=f"Number of sessions [default {DEFAULT_SESSIONS}, or as many as the --like trace has].",
+)
+@click.option(
+    "--calls", type=int, help="Exactly this many calls instead (the last session is cut short)."
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Random seed: same seed and options, same bytes.",
+)
+@click.option(
+    "--rate-per-s",
+    type=float,
+    help="Session arrival rate (Poisson), sessions per second [default 1/6, or fitted].",
+)
+@click.option(
+    "--context-limit-tokens",
+    type=int,
+    help="Compact when the context would pass this [default 1,000,000, SEED-6].",
+)
+@click.option(
+    "--like",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Fit the distributions to this canonical trace and report how close the fit is.",
+)
+@json_option
+def command(output, sessions, calls, seed, rate_per_s, context_limit_tokens, like, as_json) -> None:
+    """Generate agentic sessions: context growth, outputs, think times, sub-agents, compaction.
+
+    Distributions default to the Weka Claude Code statistics (traces/SOURCES.md §2); with
+    --like they are fitted to a real trace and a real-vs-synthetic table (p50/p90/p99 and
+    the Kolmogorov–Smirnov distance) is printed.
+    """
+    from agentx.io import ensure_distinct
+    from agentx.traces.fit import fit_params, fit_report, share_report
+    from agentx.traces.io import read_trace, write_trace
+    from agentx.traces.synth import SynthParams, synthesize
+
+    if sessions is not None and calls is not None:
+        raise UsageError("use --sessions or --calls, not both")
+    for name, value in (("--sessions", sessions), ("--calls", calls)):
+        if value is not None and value < 1:
+            raise UsageError(f"{name} must be a positive integer, got {value}")
+    if seed < 0:
+        raise UsageError(f"--seed must be a non-negative integer, got {seed}")
+    if rate_per_s is not None and not (math.isfinite(rate_per_s) and rate_per_s > 0):
+        raise UsageError(
+            f"--rate-per-s must be a positive number of sessions per second, got {rate_per_s}"
+        )
+    if like is not None:
+        ensure_distinct(output, [like])
+    started = time.perf_counter()
+    params = SynthParams()
+    real = None
+    if like is not None:
+        real = read_trace(like)
+        params = fit_params(real)
+        if sessions is None and calls is None:
+            sessions = real.calls["session_id"].n_unique()
+    if context_limit_tokens is not None:
+        need = 2 * max(params.shared_prefix_tokens, params.subagent_shared_prefix_tokens) + 2
+        if context_limit_tokens < need:
+            raise UsageError(
+                f"--context-limit-tokens must be at least twice the shared prefix + 2 ({need:,} tokens), got {context_limit_tokens:,}"
+            )
+        params = dataclasses.replace(params, context_limit_tokens=context_limit_tokens)
+    if rate_per_s is not None:
+        params = dataclasses.replace(params, session_rate_per_s=rate_per_s)
+    if sessions is None and calls is None:
+        sessions = DEFAULT_SESSIONS
+    trace = synthesize(sessions, n_calls=calls, seed=seed, params=params)
+    write_trace(trace, output)
+    summary = _summary(trace.calls, output, time.perf_counter() - started)
+    fit = shares = None
+    if real is not None:
+        fit, shares = fit_report(real, trace), share_report(real, trace)
+    if as_json:
+        obj: dict[str, object] = {"summary": summary}
+        if fit is not None:
+            obj["fit"] = fit.to_dicts()
+            obj["shares"] = shares.to_dicts()
+        emit_json(obj)
+        return
+    print_table(
+        pl.DataFrame({"quantity": list(summary), "value": [str(v) for v in summary.values()]})
+    )
+    if fit is not None:
+        click.echo(f"\nFit to {like} (real vs synthetic):")
+        print_table(fit)
+        click.echo("")
+        print_table(shares)
+
+
+def _summary(df: pl.DataFrame, output: Path, seconds: float) -> dict[str, object]:
+    sub = int(df["agent_id"].is_not_null().sum())
+    return {
+        "output": str(output),
+        "sessions": df["session_id"].n_unique(),
+        "calls": df.height,
+        "subagent_calls": sub,
+        "compactions": int(df["is_compaction"].sum()),
+        "input_tokens_p50": float(df["input_tokens"].median() or 0),
+        "max_input_tokens": int(df["input_tokens"].max() or 0),
+        "output_tokens_p50": float(df["output_tokens"].median() or 0),
+        "duration_s": round(float(df["t_start_s"].max() or 0.0), 3),
+        "elapsed_s": round(seconds, 3),
+    }
