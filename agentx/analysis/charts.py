@@ -1,0 +1,246 @@
+"""Charts as values: each function takes polars frames (run tables or trace calls) and returns an
+altair chart; saving, embedding and export are the caller's job (see ``report``).
+
+Frames are aggregated in polars before they reach altair, so a chart of a 40k-call replay
+carries a few hundred rows, not the calls. No selections or named parameters are used:
+altair numbers those per process, which would make the same input give different HTML.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import polars as pl
+
+GB = 1e9
+LINKS = ("ssd_to_dram", "dram_to_hbm", "hbm_to_dram", "dram_to_ssd")
+STAGE_ORDER = ["prefill", "midfill", "decode_attention", "decode_experts"]
+
+
+def _need(df: pl.DataFrame, cols: list[str], what: str) -> None:
+    missing = [c for c in cols if c not in df.columns]
+    if missing:
+        raise ValueError(f"{what} needs columns {missing}; got {df.columns}")
+
+
+def stage_shares(stages: pl.DataFrame, by: str = "system") -> alt.Chart:
+    """Per-stage energy and time shares by ``by`` (system or run), one bar per metric (SEED-22)."""
+    _need(stages, [by, "stage", "energy_share", "time_share"], "stage_shares")
+    rank = pl.col("stage").replace_strict(
+        STAGE_ORDER, range(len(STAGE_ORDER)), default=len(STAGE_ORDER)
+    )
+    long = (
+        stages.select(by, "stage", "energy_share", "time_share")
+        .unpivot(index=[by, "stage"], variable_name="metric", value_name="share")
+        .with_columns(stage_rank=rank)
+    )
+    return (
+        alt.Chart(long, title="Share of energy and time per stage")
+        .mark_bar()
+        .encode(
+            x=alt.X("share:Q", stack="normalize", axis=alt.Axis(format="%"), title="share"),
+            y=alt.Y(f"{by}:N", title=by),
+            color=alt.Color("stage:N", sort=STAGE_ORDER),
+            order=alt.Order("stage_rank:Q"),
+            row=alt.Row("metric:N", title=None),
+            tooltip=[by, "stage", alt.Tooltip("share:Q", format=".1%")],
+        )
+    )
+
+
+def kv_link_bytes(calls: pl.DataFrame, by: str = "run", bins: int = 60) -> alt.Chart:
+    """KV bytes per tier link over trace time, summed in ``bins`` equal time bins (SEED-5)."""
+    cols = [f"kv_{link}_bytes" for link in LINKS]
+    _need(calls, [by, "t_start_s", *cols], "kv_link_bytes")
+    t0, t1 = calls["t_start_s"].min(), calls["t_start_s"].max()
+    width = max((t1 - t0) / bins, 1e-9) if calls.height else 1.0
+    sums = (
+        calls.with_columns(
+            bin=((pl.col("t_start_s") - t0) / width).floor().clip(0, bins - 1).cast(pl.Int64)
+        )
+        .group_by(by, "bin")
+        .agg([pl.col(c).sum().alias(c[3:-6]) for c in cols])
+    )
+    # Empty bins are zero traffic, not gaps a line should bridge.
+    grid = calls.select(pl.col(by).unique()).join(pl.DataFrame({"bin": range(bins)}), how="cross")
+    binned = (
+        grid.join(sums, on=[by, "bin"], how="left")
+        .fill_null(0)
+        .with_columns(t_s=pl.col("bin") * width + t0)
+        .unpivot(index=[by, "t_s"], on=list(LINKS), variable_name="link", value_name="bytes")
+        .with_columns(gb=pl.col("bytes") / GB)
+        .sort(by, "link", "t_s")
+    )
+    return (
+        alt.Chart(binned, title="KV bytes per tier link over time")
+        .mark_line(interpolate="step-after")
+        .encode(
+            x=alt.X("t_s:Q", title="trace time (s)"),
+            y=alt.Y("gb:Q", title="GB per time bin"),
+            color=alt.Color("link:N", sort=list(LINKS)),
+            row=alt.Row(f"{by}:N", title=None),
+            tooltip=[by, "link", "t_s", alt.Tooltip("gb:Q", format=".3f")],
+        )
+        .properties(height=140)
+    )
+
+
+def hbm_footprint(footprint: pl.DataFrame, by: str = "run") -> alt.LayerChart:
+    """HBM per GPU by component for each configuration, with the GPU's capacity marked (SEED-21)."""
+    _need(footprint, [by, "component", "bytes_per_gpu", "capacity_bytes_per_gpu"], "hbm_footprint")
+    df = footprint.with_columns(gb_per_gpu=pl.col("bytes_per_gpu") / GB)
+    cap = (
+        footprint.group_by(by).agg(capacity_gb=pl.col("capacity_bytes_per_gpu").max() / GB).sort(by)
+    )
+    bars = (
+        alt.Chart(df)
+        .mark_bar()
+        .encode(
+            x=alt.X("gb_per_gpu:Q", title="GB per GPU"),
+            y=alt.Y(f"{by}:N", title=None),
+            color="component:N",
+            tooltip=[by, "component", alt.Tooltip("gb_per_gpu:Q", format=".1f")],
+        )
+    )
+    ticks = (
+        alt.Chart(cap)
+        .mark_tick(color="black", thickness=3, size=24)
+        .encode(
+            x="capacity_gb:Q", y=f"{by}:N", tooltip=[by, alt.Tooltip("capacity_gb:Q", format=".0f")]
+        )
+    )
+    return alt.layer(bars, ticks, title="HBM footprint per GPU against capacity (tick)")
+
+
+def latency_throughput(sweep: pl.DataFrame) -> alt.Chart:
+    """Throughput per GPU against per-user speed, one curve per system and GPU count, per stage."""
+    _need(
+        sweep,
+        ["system", "gpus", "stage", "per_user_tokens_per_s", "tokens_per_s_per_gpu", "fits"],
+        "latency_throughput",
+    )
+    df = (
+        sweep.filter(pl.col("fits"))
+        .select(
+            "system", "gpus", "stage", "batch_size", "per_user_tokens_per_s", "tokens_per_s_per_gpu"
+        )
+        .sort("system", "gpus", "stage", "per_user_tokens_per_s")
+    )
+    return (
+        alt.Chart(df, title="Latency–throughput per stage (points that fit in HBM)")
+        .mark_line(point=True)
+        .encode(
+            x=alt.X(
+                "per_user_tokens_per_s:Q", title="tokens/s per user", scale=alt.Scale(type="log")
+            ),
+            y=alt.Y(
+                "tokens_per_s_per_gpu:Q", title="tokens/s per GPU", scale=alt.Scale(type="log")
+            ),
+            color="system:N",
+            strokeDash="gpus:N",
+            order="per_user_tokens_per_s:Q",
+            column=alt.Column("stage:N", sort=STAGE_ORDER, title=None),
+            tooltip=[
+                "system",
+                "gpus",
+                "stage",
+                "batch_size",
+                "per_user_tokens_per_s",
+                "tokens_per_s_per_gpu",
+            ],
+        )
+        .properties(width=220, height=200)
+    )
+
+
+def context_growth(calls: pl.DataFrame, max_sessions: int = 12) -> alt.LayerChart:
+    """Prompt length per main-agent call of the longest sessions; compactions marked (SEED-6)."""
+    _need(
+        calls,
+        ["session_id", "call_index", "agent_id", "input_tokens", "is_compaction"],
+        "context_growth",
+    )
+    main = calls.filter(pl.col("agent_id").is_null())
+    top = (
+        main.group_by("session_id")
+        .agg(n=pl.len())
+        .sort(["n", "session_id"], descending=[True, False])
+        .head(max_sessions)
+    )
+    df = (
+        main.join(top.select("session_id"), on="session_id")
+        .select("session_id", "call_index", "input_tokens", "is_compaction")
+        .sort("session_id", "call_index")
+    )
+    line = (
+        alt.Chart(df)
+        .mark_line()
+        .encode(
+            x=alt.X("call_index:Q", title="call in session"),
+            y=alt.Y("input_tokens:Q", title="context (input tokens)"),
+            color=alt.Color("session_id:N", legend=None),
+            tooltip=["session_id", "call_index", "input_tokens"],
+        )
+    )
+    marks = (
+        alt.Chart(df.filter(pl.col("is_compaction")))
+        .mark_point(shape="triangle-down", size=90, filled=True, color="crimson")
+        .encode(
+            x="call_index:Q",
+            y="input_tokens:Q",
+            tooltip=["session_id", "call_index", "input_tokens"],
+        )
+    )
+    return alt.layer(
+        line,
+        marks,
+        title=f"Context length per session ({df['session_id'].n_unique()} longest; ▼ compaction)",
+    )
+
+
+def hit_ratio_curve(kv_curve: pl.DataFrame, by: str | None = None) -> alt.Chart:
+    """KV hit ratio against tier capacity, one curve per tier (SEED-13: past 'enough' it flattens)."""
+    _need(kv_curve, ["tier", "capacity_bytes", "hit_ratio"], "hit_ratio_curve")
+    cols = ["tier", "capacity_bytes", "hit_ratio"] + ([by] if by else [])
+    df = (
+        kv_curve.select(cols).with_columns(capacity_gb=pl.col("capacity_bytes") / GB).sort(cols[:2])
+    )
+    enc = {
+        "x": alt.X("capacity_gb:Q", title="tier capacity (GB)", scale=alt.Scale(type="log")),
+        "y": alt.Y("hit_ratio:Q", title="hit ratio", axis=alt.Axis(format="%")),
+        "color": "tier:N",
+        "tooltip": [
+            "tier",
+            alt.Tooltip("capacity_gb:Q", format=".1f"),
+            alt.Tooltip("hit_ratio:Q", format=".1%"),
+        ],
+    }
+    if by:
+        enc["strokeDash"] = f"{by}:N"
+    return (
+        alt.Chart(df, title="KV hit ratio against capacity per tier")
+        .mark_line(point=True)
+        .encode(**enc)
+    )
+
+
+def sim_timeseries(ts: pl.DataFrame, by: str | None = None) -> alt.Chart:
+    """Simulated queue, decode batch, utilisation and power over time (SEED-15 oscillation)."""
+    _need(ts, ["t_s"], "sim_timeseries")
+    metrics = [
+        c
+        for c in ("fill_queue_len", "decode_batch_size", "utilisation", "power_w")
+        if c in ts.columns
+    ]
+    index = ["t_s"] + ([by] if by else [])
+    long = ts.select(*index, *[pl.col(m).cast(pl.Float64) for m in metrics]).unpivot(
+        index=index, variable_name="metric", value_name="value"
+    )
+    enc = {
+        "x": alt.X("t_s:Q", title="time (s)"),
+        "y": alt.Y("value:Q", title=None),
+        "row": alt.Row("metric:N", sort=metrics, title=None),
+    }
+    if by:
+        enc["color"] = f"{by}:N"
+    chart = alt.Chart(long, title="Serving dynamics over time").mark_line().encode(**enc)
+    return chart.properties(height=90).resolve_scale(y="independent")

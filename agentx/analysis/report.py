@@ -1,0 +1,241 @@
+"""One self-contained HTML report of run directories: key tables and charts, no network needed.
+
+Vega, Vega-Lite and vega-embed are inlined from ``vl_convert.javascript_bundle`` (the same
+Vega-Lite version altair writes), so the file opens offline. Each chart can also be exported
+as SVG and PNG (vl-convert, no browser) for slides. The page records how many charts rendered
+in ``data-rendered`` on <body> and writes any embedding error into the page, so a headless
+browser can check it.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import altair as alt
+import polars as pl
+
+from agentx.analysis import charts as C
+from agentx.analysis.queries import get_query
+from agentx.analysis.views import Database, open_db
+from agentx.errors import InputError
+from agentx.io import atomic_path, write_text_atomic
+
+VL_VERSION = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    table: pl.DataFrame | None = None
+    chart: alt.TopLevelMixin | None = None
+
+
+@functools.lru_cache(maxsize=1)
+def _bundle() -> str:
+    import vl_convert as vlc
+
+    return vlc.javascript_bundle(vl_version=VL_VERSION)
+
+
+def collect_sections(db: Database) -> list[Section]:
+    """The tables and charts the loaded runs can answer, in reading order."""
+    v = db.views
+    q = db.query
+    out: list[Section] = [
+        Section("Runs", q("SELECT run, kind, system, model, gpus, run_id FROM runs ORDER BY run"))
+    ]
+    if "stages" in v:
+        out.append(
+            Section(
+                "Energy and time per stage",
+                q(get_query("energy_per_stage").sql),
+                C.stage_shares(q("SELECT * FROM stages"), by="run"),
+            )
+        )
+    if "replay_calls" in v:
+        calls = q("SELECT * FROM replay_calls")
+        out.append(Section("Energy per generated token", q(get_query("j_per_output_token").sql)))
+        if all(f"kv_{link}_bytes" in calls.columns for link in C.LINKS):
+            out.append(
+                Section(
+                    "KV bytes per tier link",
+                    q(get_query("bytes_per_tier_link").sql),
+                    C.kv_link_bytes(calls),
+                )
+            )
+        first = calls["run"].min()
+        out.append(
+            Section(
+                f"Context growth ({first})",
+                None,
+                C.context_growth(calls.filter(pl.col("run") == first)),
+            )
+        )
+    if "footprint" in v:
+        out.append(
+            Section(
+                "HBM footprint per GPU",
+                q(get_query("peak_hbm_per_gpu").sql),
+                C.hbm_footprint(q("SELECT * FROM footprint")),
+            )
+        )
+    if "kv_curve" in v:
+        curve = q("SELECT * FROM kv_curve")
+        by = "run" if curve["run"].n_unique() > 1 else None
+        out.append(Section("KV hit ratio against capacity", None, C.hit_ratio_curve(curve, by=by)))
+    if "sweep" in v:
+        out.append(
+            Section(
+                "Latency–throughput",
+                q(get_query("best_throughput").sql),
+                C.latency_throughput(q("SELECT * FROM sweep")),
+            )
+        )
+    if "sim_timeseries" in v:
+        ts = q("SELECT * FROM sim_timeseries")
+        out.append(
+            Section(
+                "Serving dynamics",
+                None,
+                C.sim_timeseries(ts, by="run" if ts["run"].n_unique() > 1 else None),
+            )
+        )
+    return out
+
+
+def _fmt(v: object) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if v != v:
+            return "NaN"
+        if v == 0 or 1e-3 <= abs(v) < 1e6:
+            return f"{v:,.4g}"
+        return f"{v:.3e}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def table_html(df: pl.DataFrame, max_rows: int = 200) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
+    num = [df.schema[c].is_numeric() for c in df.columns]
+    rows = []
+    for rec in df.head(max_rows).iter_rows():
+        cells = "".join(
+            f'<td class="{"n" if n else "s"}">{html.escape(_fmt(x))}</td>'
+            for x, n in zip(rec, num, strict=True)
+        )
+        rows.append(f"<tr>{cells}</tr>")
+    more = (
+        f"<p class=note>{df.height - max_rows} more rows: use agentx sql</p>"
+        if df.height > max_rows
+        else ""
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{more}"
+
+
+def _script_json(obj: object) -> str:
+    # "</" inside a <script> would end it early; JSON allows the escaped form.
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).replace("</", "<\\/")
+
+
+PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body{{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}}
+table{{border-collapse:collapse;font-size:13px;margin:.5em 0 1em}}
+th,td{{border-bottom:1px solid #ddd;padding:3px 8px}} th{{text-align:left;background:#f4f4f4}}
+td.n{{text-align:right;font-variant-numeric:tabular-nums}} .note{{color:#666;font-size:12px}}
+.chart{{margin:.5em 0 2em}} .error{{color:#b00;white-space:pre-wrap}}
+</style>
+<script>{bundle}</script>
+</head><body data-rendered="0" data-charts="{n_charts}">
+<h1>{title}</h1>
+<p class=note>agentx {version}; runs: {runs}. Figures are modelled, not measured.</p>
+{body}
+<script>
+const specs = {specs};
+Promise.all(Object.entries(specs).map(([id, spec]) =>
+  vegaEmbed("#" + id, spec, {{renderer: "svg", actions: false}}))).then(() => {{
+  document.body.dataset.rendered = String(Object.keys(specs).length);
+}}).catch((err) => {{
+  const p = document.createElement("pre"); p.className = "error"; p.textContent = String(err);
+  document.body.appendChild(p); document.body.dataset.failed = "1";
+}});
+</script>
+</body></html>
+"""
+
+
+def build_report(
+    run_dirs: Sequence[os.PathLike | str], *, title: str = "agentx report"
+) -> tuple[str, list[tuple[str, dict]]]:
+    """The report's HTML and its charts as (slug, Vega-Lite spec) pairs."""
+    from agentx import __version__
+
+    with open_db(runs=run_dirs) as db:
+        if "runs" not in db.views:
+            raise InputError(
+                ", ".join(map(str, run_dirs)), "no run directories found (no run.json below)"
+            )
+        sections = collect_sections(db)
+        run_names = db.query("SELECT run FROM runs ORDER BY run")["run"].to_list()
+    body, specs, charts = [], {}, []
+    for i, s in enumerate(sections):
+        body.append(f"<h2>{html.escape(s.title)}</h2>")
+        if s.chart is not None:
+            cid = f"chart{i:02d}"
+            spec = s.chart.to_dict()
+            specs[cid] = spec
+            charts.append((f"{i:02d}-{_slug(s.title)}", spec))
+            body.append(f'<div class="chart" id="{cid}"></div>')
+        if s.table is not None:
+            body.append(table_html(s.table))
+    page = PAGE.format(
+        title=html.escape(title),
+        bundle=_bundle(),
+        n_charts=len(specs),
+        version=__version__,
+        runs=html.escape(", ".join(run_names)),
+        body="\n".join(body),
+        specs=_script_json(specs),
+    )
+    return page, charts
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def write_report(
+    run_dirs: Sequence[os.PathLike | str],
+    out: os.PathLike | str,
+    *,
+    png_dir: os.PathLike | str | None = None,
+) -> list[Path]:
+    """Write the HTML report (and SVG + PNG of each chart under ``png_dir``); return the files written."""
+    page, charts = build_report(run_dirs)
+    write_text_atomic(out, page)
+    written = [Path(out)]
+    if png_dir is not None:
+        import vl_convert as vlc
+
+        folder = Path(png_dir)
+        for slug, spec in charts:
+            svg = folder / f"{slug}.svg"
+            write_text_atomic(svg, vlc.vegalite_to_svg(spec, vl_version=VL_VERSION))
+            png = folder / f"{slug}.png"
+            with atomic_path(png, suffix=".png.tmp") as tmp:
+                tmp.write_bytes(vlc.vegalite_to_png(spec, vl_version=VL_VERSION, scale=2))
+            written += [svg, png]
+    return written

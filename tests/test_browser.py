@@ -1,0 +1,119 @@
+"""The HTML report opened in real headless Chromium, offline: every chart renders, no console output.
+
+Chromium writes each page console message (errors, warnings, uncaught exceptions) to stderr as
+``:CONSOLE`` lines with ``--enable-logging=stderr``; the report itself logs nothing, so any such
+line from the report is a failure. The rendered DOM comes from ``--dump-dom``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+
+import pytest
+from _runs_fixture import make_runs, write_trace_file
+
+from agentx.analysis.report import write_report
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is absent (.ci/run installs the Debian package 'chromium')"
+)
+VOID = {
+    "area",
+    "base",
+    "br",
+    "col",
+    "embed",
+    "hr",
+    "img",
+    "input",
+    "link",
+    "meta",
+    "source",
+    "track",
+    "wbr",
+}
+
+
+class ChartCounter(HTMLParser):
+    """Counts <svg> and <canvas> elements inside each element whose id starts with 'chart'."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[str | None] = []
+        self.drawn: dict[str, int] = {}
+        self.body: dict[str, str] = {}
+        self.errors: list[str] = []
+        self._in_error = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "body":
+            self.body = {k: v or "" for k, v in a.items()}
+        cid = a.get("id") if (a.get("id") or "").startswith("chart") else None
+        if cid:
+            self.drawn.setdefault(cid, 0)
+        if tag in ("svg", "canvas"):
+            for owner in reversed(self.stack):
+                if owner:
+                    self.drawn[owner] += 1
+                    break
+        self._in_error = tag == "pre" and "error" in (a.get("class") or "")
+        if tag not in VOID:
+            self.stack.append(cid)
+
+    def handle_endtag(self, tag):
+        if tag not in VOID and self.stack:
+            self.stack.pop()
+
+    def handle_data(self, data):
+        if self._in_error:
+            self.errors.append(data)
+
+
+def render(tmp_path, html_path):
+    cmd = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
+        "--virtual-time-budget=10000", "--dump-dom", html_path.as_uri(),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
+    return proc.stdout, console
+
+
+def test_report_renders_every_chart_in_chromium(tmp_path):
+    trace = write_trace_file(tmp_path / "trace.parquet")
+    make_runs(tmp_path / "runs", trace)
+    out = tmp_path / "report.html"
+    write_report([tmp_path / "runs"], out)
+    dom, console = render(tmp_path, out)
+    p = ChartCounter()
+    p.feed(dom)
+    assert console == [], console
+    assert p.errors == []
+    n = int(p.body["data-charts"])
+    assert n == 7
+    assert p.body.get("data-rendered") == str(n), p.body
+    assert len(p.drawn) == n
+    assert all(count >= 1 for count in p.drawn.values()), p.drawn
+    # a rendered Vega-Lite chart draws its marks: the stage chart has one path per bar
+    assert len(re.findall(r'role-mark[^"]*"', dom)) >= n
+
+
+def test_console_errors_are_caught(tmp_path):
+    """The check can fail: a page that throws is reported."""
+    page = tmp_path / "bad.html"
+    page.write_text(
+        "<html><body><div id=chart00></div><script>undefinedFunction()</script></body></html>"
+    )
+    dom, console = render(tmp_path, page)
+    assert any("undefinedFunction is not defined" in line for line in console)
+    p = ChartCounter()
+    p.feed(dom)
+    assert p.drawn == {"chart00": 0}

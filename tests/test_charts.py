@@ -1,0 +1,138 @@
+"""Charts are values: assert on ``to_dict()`` (marks, encodings, data) against polars figures."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+from _runs_fixture import make_runs, write_trace_file
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentx.analysis import charts as C
+from agentx.analysis import open_db
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    root = tmp_path_factory.mktemp("charts")
+    trace = write_trace_file(root / "trace.parquet")
+    make_runs(root / "runs", trace)
+    with open_db([trace], [root / "runs"]) as db:
+        yield db
+
+
+def data_of(spec: dict, layer: int | None = None) -> list[dict]:
+    """Rows a chart (or one of its layers) plots, from the spec's inlined datasets."""
+    node = spec["layer"][layer] if layer is not None else spec
+    name = node.get("data", spec.get("data"))["name"]
+    return spec["datasets"][name]
+
+
+def test_stage_shares(db):
+    stages = db.query("SELECT * FROM stages")
+    spec = C.stage_shares(stages, by="run").to_dict()
+    assert spec["mark"]["type"] == "bar"
+    assert spec["encoding"]["row"]["field"] == "metric"
+    assert spec["encoding"]["x"]["stack"] == "normalize"
+    rows = pl.DataFrame(data_of(spec))
+    assert rows.height == stages.height * 2
+    got = rows.filter((pl.col("metric") == "energy_share") & (pl.col("run") == "replay-b200")).sort(
+        "stage"
+    )
+    want = stages.filter(pl.col("run") == "replay-b200").sort("stage")
+    assert got["share"].to_list() == pytest.approx(want["energy_share"].to_list())
+
+
+def test_kv_link_bytes_conserves_bytes(db):
+    calls = db.query("SELECT * FROM replay_calls")
+    spec = C.kv_link_bytes(calls, bins=30).to_dict()
+    rows = pl.DataFrame(data_of(spec))
+    assert set(rows["link"]) == set(C.LINKS)
+    assert rows.height == 3 * 4 * 30  # every run × link × bin, empty bins as zero
+    for link in C.LINKS:
+        assert rows.filter(pl.col("link") == link)["bytes"].sum() == calls[f"kv_{link}_bytes"].sum()
+    assert spec["mark"]["interpolate"] == "step-after"
+
+
+def test_hbm_footprint_marks_capacity(db):
+    fp = db.query("SELECT * FROM footprint")
+    spec = C.hbm_footprint(fp).to_dict()
+    bars, ticks = spec["layer"]
+    assert bars["mark"]["type"] == "bar" and ticks["mark"]["type"] == "tick"
+    caps = {r["run"]: r["capacity_gb"] for r in data_of(spec, 1)}
+    assert caps["replay-b300"] == pytest.approx(288.0)
+    total = pl.DataFrame(data_of(spec, 0)).group_by("run").agg(pl.col("gb_per_gpu").sum())
+    assert dict(total.iter_rows()) == pytest.approx(
+        {r: v / 1e9 for r, v in fp.group_by("run").agg(pl.col("bytes_per_gpu").sum()).iter_rows()}
+    )
+
+
+def test_latency_throughput_keeps_only_fitting_points(db):
+    sweep = db.query("SELECT * FROM sweep")
+    spec = C.latency_throughput(sweep).to_dict()
+    rows = data_of(spec)
+    assert len(rows) == sweep.filter(pl.col("fits")).height
+    assert spec["encoding"]["column"]["field"] == "stage"
+    assert spec["encoding"]["x"]["scale"]["type"] == "log"
+
+
+def test_context_growth_marks_compactions(db):
+    calls = db.query("SELECT * FROM calls")
+    spec = C.context_growth(calls, max_sessions=3).to_dict()
+    line = pl.DataFrame(data_of(spec, 0))
+    assert line["session_id"].n_unique() == 3
+    main = calls.filter(pl.col("agent_id").is_null())
+    longest = (
+        main.group_by("session_id")
+        .len()
+        .sort(["len", "session_id"], descending=[True, False])["session_id"]
+        .head(3)
+    )
+    assert set(line["session_id"]) == set(longest)
+    marks = data_of(spec, 1)
+    assert all(r["is_compaction"] for r in marks)
+    assert (
+        len(marks)
+        == main.filter(
+            pl.col("session_id").is_in(longest.to_list()) & pl.col("is_compaction")
+        ).height
+    )
+
+
+def test_hit_ratio_curve_and_sim(db):
+    curve = db.query("SELECT * FROM kv_curve")
+    spec = C.hit_ratio_curve(curve).to_dict()
+    assert spec["encoding"]["x"]["scale"]["type"] == "log" and len(data_of(spec)) == curve.height
+    ts = db.query("SELECT * FROM sim_timeseries")
+    spec = C.sim_timeseries(ts).to_dict()
+    assert spec["resolve"]["scale"]["y"] == "independent"
+    assert len(data_of(spec)) == ts.height * 4
+
+
+def test_missing_columns_say_which():
+    with pytest.raises(ValueError, match=r"hit_ratio_curve needs columns \['hit_ratio'\]"):
+        C.hit_ratio_curve(pl.DataFrame({"tier": ["hbm"], "capacity_bytes": [1.0]}))
+
+
+def test_same_input_same_spec(db):
+    stages = db.query("SELECT * FROM stages")
+    assert C.stage_shares(stages, by="run").to_json() == C.stage_shares(stages, by="run").to_json()
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    t=st.lists(st.floats(0, 1e5, allow_nan=False), min_size=1, max_size=40),
+    bins=st.integers(1, 50),
+)
+def test_kv_link_binning_conserves_any_traffic(t, bins):
+    n = len(t)
+    calls = pl.DataFrame(
+        {
+            "run": ["r"] * n,
+            "t_start_s": t,
+            **{f"kv_{link}_bytes": list(range(n)) for link in C.LINKS},
+        }
+    )
+    rows = pl.DataFrame(data_of(C.kv_link_bytes(calls, bins=bins).to_dict()))
+    assert rows.height == 4 * bins
+    assert rows.filter(pl.col("link") == "dram_to_hbm")["bytes"].sum() == sum(range(n))

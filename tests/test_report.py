@@ -1,0 +1,94 @@
+"""``agentx report``: one self-contained HTML file, byte-identical for the same runs, with exports."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from _runs_fixture import make_runs, write_trace_file
+from click.testing import CliRunner
+
+from agentx.analysis.report import VL_VERSION, build_report, table_html
+from agentx.cli import cli
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    trace = write_trace_file(root / "trace.parquet")
+    make_runs(root / "runs", trace)
+    return root / "runs"
+
+
+def specs_of(page: str) -> dict:
+    m = re.search(r"const specs = (\{.*?\});\n", page, re.S)
+    return json.loads(m.group(1).replace("<\\/", "</"))
+
+
+def test_report_is_self_contained(runs):
+    page, charts = build_report([runs])
+    # no network at view time: no external scripts, stylesheets or fetches
+    assert not re.search(r"<script[^>]+src=", page)
+    assert not re.search(r"<link[^>]+href=", page)
+    assert "cdn.jsdelivr" not in page and "unpkg.com" not in page
+    assert "window.vegaEmbed=" in page  # the inlined bundle defines it
+    specs = specs_of(page)
+    assert len(specs) == len(charts) == 7
+    assert f'data-charts="{len(specs)}"' in page
+    for cid in specs:
+        assert f'id="{cid}"' in page
+    assert all(
+        s["$schema"].startswith(f"https://vega.github.io/schema/vega-lite/v{VL_VERSION}")
+        for s in specs.values()
+    )
+    for title in (
+        "Energy and time per stage",
+        "KV bytes per tier link",
+        "HBM footprint per GPU",
+        "Latency–throughput",
+        "Serving dynamics",
+    ):
+        assert f"<h2>{title}</h2>" in page
+
+
+def test_report_tables_hold_the_figures(runs):
+    import polars as pl
+
+    page, _ = build_report([runs])
+    c = pl.read_parquet(runs / "replay-gb200" / "calls.parquet")
+    jpt = c["total_energy_j"].sum() / c["output_tokens"].sum()
+    assert f'<td class="n">{jpt:,.4g}</td>' in page
+
+
+def test_cli_writes_html_and_exports_byte_identical(runs, tmp_path):
+    out, png = tmp_path / "r.html", tmp_path / "png"
+    r = CliRunner().invoke(cli, ["report", str(runs), "-o", str(out), "--png-dir", str(png)])
+    assert r.exit_code == 0, r.output
+    first = out.read_bytes()
+    svgs, pngs = sorted(png.glob("*.svg")), sorted(png.glob("*.png"))
+    assert len(svgs) == len(pngs) == 7
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in pngs)
+    assert all(b"<svg" in p.read_bytes()[:400] for p in svgs)
+    r = CliRunner().invoke(cli, ["report", str(runs), "-o", str(out), "-q"])
+    assert r.exit_code == 0 and r.output == "" and out.read_bytes() == first
+
+
+def test_cli_errors(runs, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = CliRunner().invoke(cli, ["report", str(empty), "-o", str(tmp_path / "r.html")])
+    assert r.exit_code == 1
+    assert r.output == f"Error: {empty}: no run directories found (no run.json below)\n"
+    assert not (tmp_path / "r.html").exists()
+    r = CliRunner().invoke(cli, ["report", str(runs), "-o", str(runs / "kv" / "r.html")])
+    assert r.exit_code == 2 and "lies inside the run folder" in r.output
+    r = CliRunner().invoke(cli, ["report", str(runs)])
+    assert r.exit_code == 2 and "Missing option '-o'" in r.output
+
+
+def test_table_html_escapes_and_formats():
+    import polars as pl
+
+    html = table_html(pl.DataFrame({"name": ["<b>"], "bytes": [1.5e11], "ok": [True]}))
+    assert "&lt;b&gt;" in html and "1.500e+11" in html and ">yes<" in html
