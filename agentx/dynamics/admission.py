@@ -3,10 +3,11 @@
 Three policies decide how many waiting calls enter the fill stage and which filled calls
 (in the ready buffer) join the decode batch:
 
-- ``greedy``: admit every arrival at once; a ready call joins the decode batch whenever its
-  KV fits *now*. This is the naive scheduler of SEED-15: it fills the decode pool to the brim,
-  the contexts then grow one token per step, the pool overflows and sequences are preempted
-  and recomputed, which loads the fill stage again.
+- ``greedy``: whenever the decode pool has room (free KV and batch slots) *now*, admit every
+  waiting call; when it is full, admit none. A ready call joins the decode batch whenever its
+  KV fits now, with no reserve for growth. This is the naive scheduler of SEED-15: it ignores
+  the work already in fill and in flight, so it floods the fill stage when decode frees up,
+  the flood lands on a decode pool that is full again, calls pile up, and the cycle repeats.
 - ``token-bucket``: admits at the smoothed (EWMA) arrival rate with a bounded burst, so a
   burst is spread over seconds instead of hitting the fill stage at once.
 - ``pi``: a proportional-integral controller on the backlog inside the system (fill queue +
@@ -30,7 +31,9 @@ from agentx.errors import UnknownNameError
 POLICIES = ("greedy", "token-bucket", "pi")
 
 # Indices into the float64 policy vector the kernel reads (numba freezes these globals).
-Q_KIND, Q_TARGET_BACKLOG, Q_TAU_S, Q_KP, Q_KI, Q_KV_RESERVE, Q_TPOT_TARGET_S, Q_BURST, Q_ALPHA = range(9)
+Q_KIND, Q_TARGET_BACKLOG, Q_TAU_S, Q_KP, Q_KI, Q_KV_RESERVE, Q_TPOT_TARGET_S, Q_BURST, Q_ALPHA = (
+    range(9)
+)
 N_Q = 9
 
 
@@ -65,10 +68,15 @@ class AdmissionPolicy:
 
 
 @njit(cache=True)
-def fill_admissions(q, waiting, bucket):
-    """Token level: how many waiting calls enter the fill stage now (bucket already refilled)."""
+def fill_admissions(q, waiting, bucket, decode_has_room):
+    """Token level: how many waiting calls enter the fill stage now (bucket already refilled).
+
+    Greedy looks only at the decode pool as it is now: room → admit everything waiting,
+    full → nothing. Work already in fill or in flight is not counted, so the information is
+    stale by one fill latency: the over-correction of SEED-15.
+    """
     if q[Q_KIND] == 0:
-        return waiting
+        return waiting if decode_has_room else 0
     return min(waiting, int(bucket))
 
 
@@ -108,8 +116,8 @@ def batch_cap(q, max_batch, decode_time, ctx_grid, ctx_mean):
 def oscillation_index(series: np.ndarray, sample_s: float, window_s: float = 120.0) -> dict:
     """How much a queue-length series swings around its own slow trend.
 
-    ``swing`` = standard deviation of the series minus its centred moving average over
-    ``window_s``, divided by the series mean: 0 for a flat or slowly drifting queue, about
+    ``amplitude`` = standard deviation of the series minus its centred moving average over
+    ``window_s`` (in the series' unit, e.g. calls); ``swing`` = amplitude / series mean: 0 for a flat or slowly drifting queue, about
     0.7 for a square wave between 0 and twice its mean. ``peak_period_s`` is the period of the
     largest non-DC peak of the periodogram and ``peak_share`` its share of the variance (a
     sharp periodic oscillation has a large share; noise spreads it out).
@@ -117,13 +125,65 @@ def oscillation_index(series: np.ndarray, sample_s: float, window_s: float = 120
     x = np.asarray(series, dtype=np.float64)
     mean = float(x.mean()) if x.size else 0.0
     if x.size < 4 or mean <= 0:
-        return {"swing": 0.0, "peak_period_s": float("nan"), "peak_share": 0.0, "mean": mean}
+        return {
+            "swing": 0.0,
+            "amplitude": 0.0,
+            "peak_period_s": float("nan"),
+            "peak_share": 0.0,
+            "mean": mean,
+        }
     w = max(1, int(round(window_s / sample_s)))
     trend = np.convolve(np.pad(x, (w // 2, w - 1 - w // 2), mode="edge"), np.ones(w) / w, "valid")
-    swing = float(np.std(x - trend) / mean)
+    amplitude = float(np.std(x - trend))
+    swing = amplitude / mean
     p = np.abs(np.fft.rfft(x - mean)) ** 2
     p[0] = 0.0
     k = int(np.argmax(p))
     share = float(p[k] / p.sum()) if p.sum() > 0 else 0.0
     period = float(x.size * sample_s / k) if k > 0 else float("nan")
-    return {"swing": swing, "peak_period_s": period, "peak_share": share, "mean": mean}
+    return {
+        "swing": swing,
+        "amplitude": amplitude,
+        "peak_period_s": period,
+        "peak_share": share,
+        "mean": mean,
+    }
+
+
+def bursty_calls(
+    seed: int = 0,
+    waves: int = 10,
+    per_wave: int = 100,
+    period_s: float = 60.0,
+    calls: int = 8,
+    context_tokens: int = 40_000,
+    think_s: float = 3.0,
+    mean_output_tokens: float = 300.0,
+):
+    """The oscillation scenario: waves of agent sessions starting together every ``period_s``.
+
+    Each session runs ``calls`` turns (appends of 300-2,000 tokens, geometric output lengths,
+    exponential think times), the load a fleet of agents launched by cron-like triggers makes.
+    """
+    import polars as pl
+
+    rng = np.random.default_rng(seed)
+    n = waves * per_wave
+    start = np.repeat(np.arange(waves) * period_s, per_wave) + rng.uniform(0, 2.0, n)
+    ctx0 = rng.integers(context_tokens // 2, context_tokens * 3 // 2, n)
+    new = rng.integers(300, 2000, (n, calls))
+    out = rng.geometric(1.0 / mean_output_tokens, (n, calls))
+    grown = np.cumsum(new + out, axis=1) - (new + out)
+    prefix = np.where(np.arange(calls) == 0, 0, ctx0[:, None] + grown)
+    think = rng.exponential(think_s, (n, calls))
+    return pl.DataFrame(
+        {
+            "session_id": np.repeat([f"w{i:05d}" for i in range(n)], calls),
+            "call_index": np.tile(np.arange(calls), n),
+            "t_start_s": np.repeat(start, calls),
+            "new_tokens": new.ravel(),
+            "reused_prefix_tokens": prefix.ravel(),
+            "output_tokens": out.ravel(),
+            "think_time_s": np.where(np.arange(calls) == 0, np.nan, think).ravel(),
+        }
+    ).with_columns(pl.col("think_time_s").fill_nan(None))

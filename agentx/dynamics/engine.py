@@ -26,10 +26,24 @@ from agentx.errors import UnknownNameError
 
 POOLS = ("disaggregated", "aggregated")
 STATUS = {K.UNARRIVED: "not_arrived", K.DONE: "done", K.DROPPED: "dropped"}
-REASONS = {K.R_TIMEOUT: "admission_timeout", K.R_TOO_LONG: "context_exceeds_kv_capacity",
-           K.R_KV_EXHAUSTED: "kv_exhausted_during_decode", K.R_HORIZON: "unfinished_at_horizon"}
-TS_COLUMNS = ("t_s", "admission_queue_len", "fill_queue_len", "ready_buffer_len", "decode_batch_size",
-              "utilisation", "power_w", "in_system", "kv_used_tokens", "step_time_s")
+REASONS = {
+    K.R_TIMEOUT: "admission_timeout",
+    K.R_TOO_LONG: "context_exceeds_kv_capacity",
+    K.R_KV_EXHAUSTED: "kv_exhausted_during_decode",
+    K.R_HORIZON: "unfinished_at_horizon",
+}
+TS_COLUMNS = (
+    "t_s",
+    "admission_queue_len",
+    "fill_queue_len",
+    "ready_buffer_len",
+    "decode_batch_size",
+    "utilisation",
+    "power_w",
+    "in_system",
+    "kv_used_tokens",
+    "step_time_s",
+)
 
 
 @dataclass(frozen=True)
@@ -54,8 +68,13 @@ class SimResult:
     summary: dict
 
 
-def simulate(calls: pl.DataFrame, fill: ServiceModel, decode: ServiceModel,
-             policy: AdmissionPolicy | None = None, cfg: SimConfig | None = None) -> SimResult:
+def simulate(
+    calls: pl.DataFrame,
+    fill: ServiceModel,
+    decode: ServiceModel,
+    policy: AdmissionPolicy | None = None,
+    cfg: SimConfig | None = None,
+) -> SimResult:
     policy = policy or AdmissionPolicy()
     cfg = cfg or SimConfig()
     agg = cfg.pools == "aggregated"
@@ -74,7 +93,8 @@ def simulate(calls: pl.DataFrame, fill: ServiceModel, decode: ServiceModel,
     fc = fill.fill(new, prefix)
     tab = service_tables(decode, cfg.max_batch)
     pre = service_tables(fill, 1)
-    link_bps = min(fill.gpus, decode.gpus) * fill.link_bytes_per_s
+    link_per_gpu, link_j_per_byte = fill.link(decode.gpus)
+    link_bps = min(fill.gpus, decode.gpus) * link_per_gpu
     p = np.zeros(K.N_P)
     p[K.P_MODE] = 1.0 if agg else 0.0
     p[K.P_MAX_BATCH] = cfg.max_batch
@@ -88,45 +108,84 @@ def simulate(calls: pl.DataFrame, fill: ServiceModel, decode: ServiceModel,
     p[K.P_GPUS_DEC] = decode.gpus
     p[K.P_KV_BPT] = decode.kv_bytes_per_token
     p[K.P_LINK_BPS] = link_bps
-    p[K.P_LINK_J_PER_B] = fill.link_j_per_byte
+    p[K.P_LINK_J_PER_B] = link_j_per_byte
     p[K.P_HORIZON] = cfg.horizon_s
     p[K.P_LINK_LAT_S] = cfg.link_latency_s
     res = K.simulate_kernel(
         calls["t_start_s"].to_numpy().astype(np.float64),
         calls["think_time_s"].fill_null(0.0).to_numpy().astype(np.float64),
-        new, prefix, out, next_call, first_calls,
-        np.asarray(fc.time_s, dtype=np.float64), np.asarray(fc.energy_j, dtype=np.float64),
-        tab.decode_time_s, tab.decode_energy_j, tab.ctx_grid_tokens,
-        pre.prefill_time_s, pre.prefill_energy_j, pre.fill_grid_tokens, p, policy.vector(),
+        new,
+        prefix,
+        out,
+        next_call,
+        first_calls,
+        np.asarray(fc.time_s, dtype=np.float64),
+        np.asarray(fc.energy_j, dtype=np.float64),
+        tab.decode_time_s,
+        tab.decode_energy_j,
+        tab.ctx_grid_tokens,
+        pre.prefill_time_s,
+        pre.prefill_energy_j,
+        pre.fill_grid_tokens,
+        p,
+        policy.vector(),
     )
     arrival, admitted, first, done, status, reason, preempt, kv_moved, ts, n_steps = res
-    frame = _calls_frame(calls, arrival, admitted, first, done, status, reason, preempt, kv_moved, out)
+    frame = _calls_frame(
+        calls, arrival, admitted, first, done, status, reason, preempt, kv_moved, out
+    )
     tsf = pl.DataFrame({c: ts[:, k] for k, c in enumerate(TS_COLUMNS)})
-    tsf = tsf.with_columns(pl.col(c).cast(pl.Int64) for c in TS_COLUMNS if c.endswith("_len") or c in ("decode_batch_size", "in_system"))
+    tsf = tsf.with_columns(
+        pl.col(c).cast(pl.Int64)
+        for c in TS_COLUMNS
+        if c.endswith("_len") or c in ("decode_batch_size", "in_system")
+    )
     summary = _summary(frame, tsf, cfg, policy, n_steps, link_bps)
     return SimResult(frame, tsf, summary)
 
 
 def _calls_frame(calls, arrival, admitted, first, done, status, reason, preempt, kv_moved, out):
-    f = pl.DataFrame({
-        "session_id": calls["session_id"], "call_index": calls["call_index"],
-        "arrival_s": arrival, "admitted_s": admitted, "first_token_s": first, "done_s": done,
-        "status": pl.Series(status.astype(np.int64)).replace_strict(STATUS, return_dtype=pl.String),
-        "drop_reason": pl.Series(reason.astype(np.int64)).replace_strict({0: None, **REASONS}, return_dtype=pl.String),
-        "preemptions": preempt, "kv_moved_bytes": kv_moved, "output_tokens": out,
-    })
-    f = f.with_columns(pl.col(c).fill_nan(None) for c in ("arrival_s", "admitted_s", "first_token_s", "done_s"))
+    f = pl.DataFrame(
+        {
+            "session_id": calls["session_id"],
+            "call_index": calls["call_index"],
+            "arrival_s": arrival,
+            "admitted_s": admitted,
+            "first_token_s": first,
+            "done_s": done,
+            "status": pl.Series(status.astype(np.int64)).replace_strict(
+                STATUS, return_dtype=pl.String
+            ),
+            "drop_reason": pl.Series(reason.astype(np.int64)).replace_strict(
+                {0: None, **REASONS}, return_dtype=pl.String
+            ),
+            "preemptions": preempt,
+            "kv_moved_bytes": kv_moved,
+            "output_tokens": out,
+        }
+    )
+    f = f.with_columns(
+        pl.col(c).fill_nan(None) for c in ("arrival_s", "admitted_s", "first_token_s", "done_s")
+    )
     ok = pl.col("status") == "done"
     return f.with_columns(
         queue_delay_s=pl.col("admitted_s") - pl.col("arrival_s"),
         ttft_s=pl.col("first_token_s") - pl.col("arrival_s"),
         tpot_s=pl.when(ok & (pl.col("output_tokens") > 1)).then(
-            (pl.col("done_s") - pl.col("first_token_s")) / (pl.col("output_tokens") - 1)),
+            (pl.col("done_s") - pl.col("first_token_s")) / (pl.col("output_tokens") - 1)
+        ),
         e2e_s=pl.when(ok).then(pl.col("done_s") - pl.col("arrival_s")),
     )
 
 
-def _summary(f: pl.DataFrame, ts: pl.DataFrame, cfg: SimConfig, policy: AdmissionPolicy, n_steps: int, link_bps: float) -> dict:
+def _summary(
+    f: pl.DataFrame,
+    ts: pl.DataFrame,
+    cfg: SimConfig,
+    policy: AdmissionPolicy,
+    n_steps: int,
+    link_bps: float,
+) -> dict:
     arrived = f.filter(pl.col("arrival_s").is_not_null())
     t0 = float(arrived["arrival_s"].min()) if arrived.height else 0.0
     t1 = float(arrived["done_s"].max()) if arrived.height else 0.0
@@ -141,18 +200,36 @@ def _summary(f: pl.DataFrame, ts: pl.DataFrame, cfg: SimConfig, policy: Admissio
     out_tokens = int(f.filter(pl.col("status") == "done")["output_tokens"].sum())
     backlog = (ts["fill_queue_len"] + ts["ready_buffer_len"]).to_numpy()
     return {
-        "pools": cfg.pools, "policy": policy.name, "config": asdict(cfg), "policy_params": asdict(policy),
-        "calls": f.height, "done": int((f["status"] == "done").sum()),
-        "dropped": int((f["status"] == "dropped").sum()), "not_arrived": int((f["status"] == "not_arrived").sum()),
-        "drop_reasons": {r: int(c) for r, c in f["drop_reason"].drop_nulls().value_counts().sort("drop_reason").iter_rows()},
-        "preemptions": int(f["preemptions"].sum()), "decode_steps": int(n_steps),
-        "span_s": span, "arrival_rate_per_s": lam, "mean_time_in_system_s": w,
-        "littles_law": {"lambda_w": lam * w, "mean_in_system_sampled": l_sampled,
-                        "rel_error": abs(l_sampled - lam * w) / max(lam * w, 1e-12)},
-        "ttft_s_p50": q("ttft_s", 0.5), "ttft_s_p99": q("ttft_s", 0.99),
-        "tpot_s_p50": q("tpot_s", 0.5), "tpot_s_p99": q("tpot_s", 0.99),
-        "queue_delay_s_p99": q("queue_delay_s", 0.99), "e2e_s_p50": q("e2e_s", 0.5),
-        "energy_j": energy, "energy_per_output_token_j": energy / max(out_tokens, 1),
+        "pools": cfg.pools,
+        "policy": policy.name,
+        "config": asdict(cfg),
+        "policy_params": asdict(policy),
+        "calls": f.height,
+        "done": int((f["status"] == "done").sum()),
+        "dropped": int((f["status"] == "dropped").sum()),
+        "not_arrived": int((f["status"] == "not_arrived").sum()),
+        "drop_reasons": {
+            r: int(c)
+            for r, c in f["drop_reason"].drop_nulls().value_counts().sort("drop_reason").iter_rows()
+        },
+        "preemptions": int(f["preemptions"].sum()),
+        "decode_steps": int(n_steps),
+        "span_s": span,
+        "arrival_rate_per_s": lam,
+        "mean_time_in_system_s": w,
+        "littles_law": {
+            "lambda_w": lam * w,
+            "mean_in_system_sampled": l_sampled,
+            "rel_error": abs(l_sampled - lam * w) / max(lam * w, 1e-12),
+        },
+        "ttft_s_p50": q("ttft_s", 0.5),
+        "ttft_s_p99": q("ttft_s", 0.99),
+        "tpot_s_p50": q("tpot_s", 0.5),
+        "tpot_s_p99": q("tpot_s", 0.99),
+        "queue_delay_s_p99": q("queue_delay_s", 0.99),
+        "e2e_s_p50": q("e2e_s", 0.5),
+        "energy_j": energy,
+        "energy_per_output_token_j": energy / max(out_tokens, 1),
         "mean_power_w": float(ts["power_w"].mean()) if ts.height else 0.0,
         "mean_utilisation": float(ts["utilisation"].mean()) if ts.height else 0.0,
         "kv_moved_bytes": float(f["kv_moved_bytes"].sum()),

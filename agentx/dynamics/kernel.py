@@ -15,8 +15,23 @@ from numba import njit
 from agentx.dynamics.admission import batch_cap, decode_fits, fill_admissions, update_rate
 
 # Parameter vector layout (numba freezes these module globals at compile time).
-(P_MODE, P_MAX_BATCH, P_KV_CAP, P_CHUNK, P_MAX_WAIT, P_SAMPLE, P_IDLE_FILL_W, P_IDLE_DEC_W,
- P_GPUS_FILL, P_GPUS_DEC, P_KV_BPT, P_LINK_BPS, P_LINK_J_PER_B, P_HORIZON, P_LINK_LAT_S) = range(15)
+(
+    P_MODE,
+    P_MAX_BATCH,
+    P_KV_CAP,
+    P_CHUNK,
+    P_MAX_WAIT,
+    P_SAMPLE,
+    P_IDLE_FILL_W,
+    P_IDLE_DEC_W,
+    P_GPUS_FILL,
+    P_GPUS_DEC,
+    P_KV_BPT,
+    P_LINK_BPS,
+    P_LINK_J_PER_B,
+    P_HORIZON,
+    P_LINK_LAT_S,
+) = range(15)
 N_P = 15
 DONE, DROPPED, UNARRIVED = 1, 2, 0
 R_NONE, R_TIMEOUT, R_TOO_LONG, R_KV_EXHAUSTED, R_HORIZON = 0, 1, 2, 3, 4
@@ -72,8 +87,25 @@ def _heap_pop(hk, hv, hs):
 
 
 @njit(cache=True)
-def simulate_kernel(t_start, think, new_tok, prefix_tok, out_tok, next_call, first_calls,
-                    fill_work, fill_energy, dec_t, dec_e, ctx_grid, pre_t, pre_e, fill_grid, p, q):
+def simulate_kernel(
+    t_start,
+    think,
+    new_tok,
+    prefix_tok,
+    out_tok,
+    next_call,
+    first_calls,
+    fill_work,
+    fill_energy,
+    dec_t,
+    dec_e,
+    ctx_grid,
+    pre_t,
+    pre_e,
+    fill_grid,
+    p,
+    q,
+):
     n = t_start.shape[0]
     mode_agg = p[P_MODE] == 1.0
     max_batch = int(p[P_MAX_BATCH])
@@ -173,7 +205,7 @@ def simulate_kernel(t_start, think, new_tok, prefix_tok, out_tok, next_call, fir
             j = next_call[i]
             if j >= 0:
                 hs = _heap_push(hk, hv, hs, max(t_start[j], t + think[j]), j)
-        k = fill_admissions(q, wt - wh, bucket)
+        k = fill_admissions(q, wt - wh, bucket, rt == rh and nb < cap_b and kv_used < kv_cap)
         if q[0] != 0:
             bucket -= k
         for _ in range(k):
@@ -351,7 +383,9 @@ def simulate_kernel(t_start, think, new_tok, prefix_tok, out_tok, next_call, fir
             ts[nts, 2] = ft - fh
             ts[nts, 3] = rt - rh
             ts[nts, 4] = nb
-            ts[nts, 5] = acc_busy / (sample_s * (p[P_GPUS_DEC] + (0.0 if mode_agg else p[P_GPUS_FILL])))
+            ts[nts, 5] = acc_busy / (
+                sample_s * (p[P_GPUS_DEC] + (0.0 if mode_agg else p[P_GPUS_FILL]))
+            )
             ts[nts, 6] = acc_e / sample_s
             ts[nts, 7] = in_sys
             ts[nts, 8] = kv_used

@@ -36,8 +36,10 @@ class ServiceModel(Protocol):
     kv_bytes_per_token: float
     kv_capacity_tokens: float  # KV tokens the pool can keep resident after weights and workspace
     idle_power_w: float  # whole pool, doing nothing
-    link_bytes_per_s: float  # per GPU, per direction, to another pool (scale-up or scale-out)
-    link_j_per_byte: float
+
+    def link(self, other_gpus: int) -> tuple[float, float]:
+        """(achieved bytes/s per GPU, J per byte) for KV sent to a pool of ``other_gpus``."""
+        ...
 
     def fill(self, new_tokens: np.ndarray, prefix_tokens: np.ndarray) -> Cost: ...
 
@@ -69,8 +71,11 @@ class AnalyticService:
     pj_per_flop: float = 0.25
     pj_per_byte: float = 4.0 * 8
     floor_s: float = 2e-3
-    link_bytes_per_s: float = 900e9
+    link_bytes_per_s: float = 630e9
     link_j_per_byte: float = 10e-12 * 8
+
+    def link(self, other_gpus: int) -> tuple[float, float]:
+        return self.link_bytes_per_s, self.link_j_per_byte
 
     def _roofline(self, flops, nbytes) -> Cost:
         t = np.maximum(flops / self.flops_per_s, nbytes / self.hbm_bytes_per_s) + self.floor_s
@@ -117,7 +122,91 @@ def service_tables(svc: ServiceModel, max_batch: int) -> ServiceTables:
     e[0] = 0.0
     pre = svc.fill(FILL_GRID_TOKENS, np.zeros_like(FILL_GRID_TOKENS))
     return ServiceTables(
-        t, e, CTX_GRID_TOKENS.astype(np.float64),
-        np.asarray(pre.time_s, dtype=np.float64), np.asarray(pre.energy_j, dtype=np.float64),
+        t,
+        e,
+        CTX_GRID_TOKENS.astype(np.float64),
+        np.asarray(pre.time_s, dtype=np.float64),
+        np.asarray(pre.energy_j, dtype=np.float64),
         FILL_GRID_TOKENS.astype(np.float64),
     )
+
+
+@dataclass(frozen=True)
+class CostModelService:
+    """A pool served as one instance of ``cfg``, costed by ``agentx.replay.stages``.
+
+    Fills run alone (ceil(new / chunk) passes, bearing their own weight loads), so the fill
+    stage is a FIFO server of predictable work (SEED-15). The cost model's own estimate of
+    disaggregated KV transfer bytes is left out here (``pools='aggregated'`` for costing):
+    the simulator moves and times the KV itself. KV capacity is what HBM leaves after
+    weights, activations and workspace, without a prefetch double buffer.
+    """
+
+    cfg: object  # agentx.catalog.types.ServingConfig
+
+    @classmethod
+    def build(cls, catalog, hw: str, model: str, gpus: int, **kw) -> CostModelService:
+        from agentx.replay.config import make_config
+        from agentx.replay.footprint import check_fits
+
+        cfg = make_config(catalog, hw=hw, model=model, gpus=gpus, pools="aggregated", **kw)
+        check_fits(cfg)
+        return cls(cfg)
+
+    @property
+    def name(self) -> str:
+        return f"{self.cfg.system.name}x{self.cfg.gpus}"
+
+    @property
+    def gpus(self) -> int:
+        return self.cfg.gpus
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        return float(self.cfg.kv_bytes_per_token)
+
+    @property
+    def kv_capacity_tokens(self) -> float:
+        from agentx.replay.footprint import max_resident_tokens
+
+        return float(max_resident_tokens(self.cfg, double_buffer=False))
+
+    @property
+    def idle_power_w(self) -> float:
+        from agentx.replay.energy import static_w
+
+        return float(static_w(self.cfg)) * self.cfg.gpus
+
+    def crosses_scale_out(self, other_gpus: int) -> bool:
+        """Does a KV transfer to a pool of ``other_gpus`` leave the scale-up domain (SEED-20)?"""
+        return self.cfg.gpus + other_gpus > self.cfg.system.scale_up_domain_gpus
+
+    def link(self, other_gpus: int) -> tuple[float, float]:
+        """(bytes/s per GPU achieved, J per byte) to a pool of ``other_gpus`` GPUs."""
+        s, eff = (
+            self.cfg.system,
+            (self.cfg.efficiencies.communication if self.cfg.efficiencies else 0.7),
+        )
+        if self.crosses_scale_out(other_gpus):
+            return s.scale_out_bytes_per_s * eff, s.scale_out_pj_per_bit * 8e-12
+        return s.scale_up_bytes_per_s * eff, s.scale_up_pj_per_bit * 8e-12
+
+    def fill(self, new_tokens, prefix_tokens) -> Cost:
+        from agentx.replay.stages import fill_cost
+
+        c = fill_cost(
+            self.cfg, np.maximum(np.asarray(new_tokens, dtype=np.float64), 1.0), prefix_tokens
+        )
+        return Cost(
+            np.asarray(c["time_s"], dtype=np.float64), np.asarray(c["energy_j"], dtype=np.float64)
+        )
+
+    def decode_step(self, batch_size, context_tokens_sum) -> Cost:
+        from agentx.replay.stages import decode_attention_step, decode_experts_step
+
+        a = decode_attention_step(self.cfg, batch_size, context_tokens_sum)
+        x = decode_experts_step(self.cfg, batch_size)
+        return Cost(
+            np.asarray(a["time_s"] + x["time_s"], dtype=np.float64),
+            np.asarray(a["energy_j"] + x["energy_j"], dtype=np.float64),
+        )
