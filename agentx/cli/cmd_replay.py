@@ -1,0 +1,223 @@
+"""``agentx replay``: a trace through the four-stage cost model on one serving configuration."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from pathlib import Path
+
+import click
+import polars as pl
+
+from agentx.catalog.types import PRECISIONS
+from agentx.cli._common import catalog_option, emit_json, json_option, print_table, quiet_option
+
+GB = 1e9
+
+
+@click.command(
+    "replay",
+    epilog="Example: agentx replay w.parquet --hw gb200 --model kimi-k2 --gpus 32 -o runs/gb200-32",
+)
+@click.argument("trace", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--hw", required=True, help="System name (agentx hw list), e.g. gb200, h200, b300.")
+@click.option(
+    "--model",
+    "model_name",
+    default="kimi-k2",
+    show_default=True,
+    help="Model name (agentx models list).",
+)
+@click.option(
+    "--gpus", type=int, help="GPUs serving one model instance (default: one node; 32 on NVL72)."
+)
+@click.option(
+    "--tp", type=int, help="Tensor-parallel ranks of attention (default 8, or 1 with DP attention)."
+)
+@click.option(
+    "--ep", type=int, help="Expert-parallel ranks (default: all GPUs of a pipeline stage)."
+)
+@click.option("--pp", type=int, default=1, show_default=True, help="Pipeline stages.")
+@click.option(
+    "--dp-attention/--tp-attention",
+    default=None,
+    help="Data-parallel attention (default for MLA models).",
+)
+@click.option("--weight-precision", type=click.Choice(PRECISIONS), default="fp8", show_default=True)
+@click.option("--kv-precision", type=click.Choice(PRECISIONS), default="fp8", show_default=True)
+@click.option(
+    "--decode-batch",
+    type=int,
+    default=64,
+    show_default=True,
+    help="Sequences per decode step of the instance.",
+)
+@click.option(
+    "--prefill-chunk-tokens",
+    type=int,
+    default=8192,
+    show_default=True,
+    help="Tokens per fill forward pass.",
+)
+@click.option(
+    "--routing-skew",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Zipf exponent of expert routing (0 = uniform).",
+)
+@click.option(
+    "--pools",
+    type=click.Choice(["disaggregated", "aggregated"]),
+    default="disaggregated",
+    show_default=True,
+)
+@click.option(
+    "--kv-tiers/--no-kv-tiers",
+    default=True,
+    show_default=True,
+    help="Model HBM/DRAM/SSD KV tiers (agentx.kv) when available.",
+)
+@catalog_option
+@click.option(
+    "-o",
+    "--output",
+    "run_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write the run directory here.",
+)
+@json_option
+@quiet_option
+def command(
+    trace,
+    hw,
+    model_name,
+    gpus,
+    tp,
+    ep,
+    pp,
+    dp_attention,
+    weight_precision,
+    kv_precision,
+    decode_batch,
+    prefill_chunk_tokens,
+    routing_skew,
+    pools,
+    kv_tiers,
+    catalog_files,
+    run_dir,
+    as_json,
+    quiet,
+) -> None:
+    """Price every call of TRACE on a system: time, energy, FLOPs, bytes per stage and HBM per GPU.
+
+    Stages: prefill, midfill (fill onto a cached prefix), decode attention, decode experts.
+    Column definitions: docs/metrics.md.
+    """
+    from agentx.catalog import load_catalog
+    from agentx.replay.config import make_config
+    from agentx.replay.replay import replay_trace
+    from agentx.traces.io import read_trace
+
+    cat = load_catalog(catalog_files)
+    cfg = make_config(
+        cat,
+        hw,
+        model_name,
+        gpus=gpus,
+        tp=tp,
+        ep=ep,
+        pp=pp,
+        dp_attention=dp_attention,
+        weight_precision=weight_precision,
+        kv_precision=kv_precision,
+        decode_batch=decode_batch,
+        prefill_chunk_tokens=prefill_chunk_tokens,
+        routing_skew=routing_skew,
+        pools=pools,
+    )
+    tr = read_trace(trace)
+    kv = None
+    if kv_tiers and importlib.util.find_spec("agentx.kv") and _has_replay_tiers():
+        from agentx.kv import replay_tiers
+
+        kv = replay_tiers(tr, cfg)
+    result = replay_trace(tr, cfg, kv=kv)
+    if run_dir is not None:
+        from agentx.runs import write_run
+
+        config = {k: v for k, v in locals().items() if k in _CONFIG_KEYS}
+        config["efficiencies"] = dataclasses.asdict(cfg.efficiencies)
+        config.update(
+            gpus=cfg.gpus,
+            tp=cfg.tp,
+            ep=cfg.ep,
+            dp_attention=cfg.dp_attention,
+            kv_tiers=kv is not None,
+        )
+        write_run(
+            run_dir,
+            "replay",
+            {"calls": result.calls, "stages": result.stages, "footprint": result.footprint},
+            summary=result.summary,
+            inputs={"trace": trace},
+            config=config,
+            catalog_version=cat.version,
+        )
+    if as_json:
+        emit_json(result.summary)
+    else:
+        _print(result)
+    if run_dir is not None and not quiet:
+        click.echo(f"wrote {run_dir}", err=True)
+
+
+_CONFIG_KEYS = (
+    "hw",
+    "model_name",
+    "pp",
+    "weight_precision",
+    "kv_precision",
+    "decode_batch",
+    "prefill_chunk_tokens",
+    "routing_skew",
+    "pools",
+)
+
+
+def _has_replay_tiers() -> bool:
+    import agentx.kv
+
+    return hasattr(agentx.kv, "replay_tiers")
+
+
+def _print(result) -> None:
+    s = result.summary
+    st = result.stages.select(
+        "stage",
+        "time_s",
+        "time_share",
+        "energy_j",
+        "energy_share",
+        "j_per_output_token",
+        "arithmetic_intensity",
+        (pl.col("hbm_bytes") / GB).alias("hbm_gb"),
+        (pl.col("comm_bytes") / GB).alias("comm_gb"),
+    )
+    click.echo(
+        f"{s['model']} on {s['layout']}: {s['calls']:,} calls, {s['tokens']['output_tokens']:,} output tokens"
+    )
+    print_table(st)
+    click.echo(
+        f"total {s['total_time_s']:.4g} instance-s, {s['total_energy_j']:.4g} J, "
+        f"{s['j_per_output_token']:.4g} J per output token"
+    )
+    click.echo("")
+    print_table(
+        result.footprint.select("component", (pl.col("bytes_per_gpu") / GB).alias("gb_per_gpu"))
+    )
+    verdict = "fits" if s["kv_fits_in_hbm"] else "does NOT fit"
+    click.echo(
+        f"HBM peak per GPU {s['hbm_peak_bytes_per_gpu'] / GB:.1f} GB of {s['hbm_capacity_bytes_per_gpu'] / GB:.0f} GB "
+        f"({verdict}; {s['kv_resident_sequences']:.0f} sequences, {s['kv_resident_tokens']:,.0f} tokens resident)"
+    )
