@@ -14,8 +14,7 @@ GB = 1e9
 
 @click.command(
     "plan",
-    epilog="Example: agentx plan --kv-bytes-per-token 70000 --context-tokens 2e6 "
-    "--model kimi-k2 --pp 8   |   agentx plan --model deepseek-v3 --hw h200 --gpus 8",
+    epilog="Example: agentx plan --kv-bytes-per-token 70000 --context-tokens 2e6",
 )
 @click.option(
     "--kv-bytes-per-token", type=float, help="KV bytes per token one stage holds (SEED-14: 70000)."
@@ -89,7 +88,10 @@ def command(
     as_json,
 ) -> None:
     """Memory per pipeline stage (KV, double buffer, weights, activations, routing, headroom),
-    or with --hw the HBM footprint per GPU of MODEL on GPUS of that system.
+    or with --hw the HBM footprint per GPU of MODEL on GPUS of that system
+    (agentx plan --model deepseek-v3 --hw h200 --gpus 8). SEED-14 with weights:
+    agentx plan --kv-bytes-per-token 70000 --context-tokens 2e6 --model kimi-k2 --pp 8. A configuration that does not fit
+    is an answer, not an error: the exit code stays 0 and --json says "fits": false.
     """
     from agentx.catalog import load_catalog
     from agentx.replay import footprint as fp
