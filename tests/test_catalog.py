@@ -298,3 +298,13 @@ def test_help_ends_with_an_example(args):
     assert res.exit_code == 0 and res.output.rstrip().splitlines()[-1].strip().startswith(
         "Example: agentx "
     )
+
+
+def test_docs_example_catalog_loads(tmp_path):
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "catalog.md").read_text()
+    block = re.search(r"```toml\n(.*?)```", doc, re.S).group(1)
+    user = tmp_path / "my.toml"
+    user.write_text(block)
+    cat = load_catalog([user])
+    assert cat.system("mybox").chip.tdp_w == 1200 and cat.system("mybox").host_dram_bytes == 1e12
+    assert cat.model("tiny-moe").kv_bytes_per_token("bf16") == 24 * 2 * 4 * 128 * 2

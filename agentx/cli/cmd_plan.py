@@ -99,6 +99,7 @@ def command(
 
     cat = load_catalog(catalog_files) if (model_name or hw_name) else None
     model = cat.model(model_name) if model_name else None
+    dp_attention_flag = dp_attention  # None: make_config's default (data-parallel for MLA)
     if dp_attention is None:
         dp_attention = model is not None and model.attention == "mla"
     layout = dict(
@@ -107,11 +108,13 @@ def command(
     if hw_name:
         if model is None:
             raise UsageError("--hw needs --model (whose weights and KV to place)")
-        system = cat.system(hw_name)
-        gpus = gpus or min(8, system.scale_up_domain_gpus)
-        per_stage = max(1, gpus // pp)
-        cfg = plan.stage_config(model, system=system, pp=pp, gpus_per_stage=per_stage, **layout)
-        cfg = _override(cfg, gpus=gpus, tp=tp or min(8, per_stage), ep=ep or per_stage)
+        from agentx.replay.config import make_config
+
+        cfg = make_config(
+            cat, hw_name, model.name, gpus=gpus, tp=tp, ep=ep, pp=pp,
+            dp_attention=dp_attention_flag, weight_precision=weight_precision,
+            kv_precision=kv_precision,
+        )  # fmt: skip
         foot = fp.footprint_per_gpu(
             cfg, context_tokens, double_buffer=double_buffer, sequences=sequences
         )
