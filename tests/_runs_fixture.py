@@ -87,7 +87,18 @@ def replay_calls(trace: pl.DataFrame, speed: float) -> pl.DataFrame:
             (expr * 3e12).alias(f"{st}_hbm_bytes"),
             (expr * 1e9).alias(f"{st}_comm_bytes"),
         ]
-    df = trace.with_columns(cols)
+    # like agentx.replay: only the trace's keys and token counts travel into the calls table
+    keys = [
+        "session_id",
+        "call_index",
+        "agent_id",
+        "t_start_s",
+        "input_tokens",
+        "reused_prefix_tokens",
+        "new_tokens",
+        "output_tokens",
+    ]
+    df = trace.with_columns(cols).select(*keys, *[c.meta.output_name() for c in cols])
     e = [f"{s}_energy_j" for s in STAGES]
     hbm = (pl.col("reused_prefix_tokens") * 0.7).cast(pl.Int64)
     dram = (pl.col("reused_prefix_tokens") * 0.2).cast(pl.Int64)
@@ -129,13 +140,16 @@ def stages_of(calls: pl.DataFrame) -> pl.DataFrame:
 
 
 def footprint(capacity: float, kv_bytes: float) -> pl.DataFrame:
-    return pl.DataFrame(
-        {
-            "component": ["weights", "kv_cache", "activations"],
-            "bytes_per_gpu": [40e9, kv_bytes, 4e9],
-            "capacity_bytes_per_gpu": [capacity] * 3,
-        }
-    )
+    """The replay footprint table: slices, then total, capacity and free as rows."""
+    parts = {
+        "weights_shard": 38e9,
+        "weights_replicated": 2e9,
+        "kv_resident": kv_bytes,
+        "activations": 4e9,
+    }
+    total = sum(parts.values())
+    rows = {**parts, "total": total, "hbm_capacity": capacity, "free": capacity - total}
+    return pl.DataFrame({"component": list(rows), "bytes_per_gpu": list(rows.values())})
 
 
 def kv_curve() -> pl.DataFrame:

@@ -61,10 +61,12 @@ def test_hbm_footprint_marks_capacity(db):
     assert bars["mark"]["type"] == "bar" and ticks["mark"]["type"] == "tick"
     caps = {r["run"]: r["capacity_gb"] for r in data_of(spec, 1)}
     assert caps["replay-b300"] == pytest.approx(288.0)
-    total = pl.DataFrame(data_of(spec, 0)).group_by("run").agg(pl.col("gb_per_gpu").sum())
-    assert dict(total.iter_rows()) == pytest.approx(
-        {r: v / 1e9 for r, v in fp.group_by("run").agg(pl.col("bytes_per_gpu").sum()).iter_rows()}
-    )
+    # the slices stack up to the table's own total row; total/capacity/free are not slices
+    drawn = pl.DataFrame(data_of(spec, 0))
+    assert not set(drawn["component"]) & set(C.FOOTPRINT_TOTALS)
+    total = drawn.group_by("run").agg(pl.col("gb_per_gpu").sum())
+    want = fp.filter(pl.col("component") == "total").select("run", pl.col("bytes_per_gpu") / 1e9)
+    assert dict(total.iter_rows()) == pytest.approx(dict(want.iter_rows()))
 
 
 def test_latency_throughput_keeps_only_fitting_points(db):
@@ -74,6 +76,18 @@ def test_latency_throughput_keeps_only_fitting_points(db):
     assert len(rows) == sweep.filter(pl.col("fits")).height
     assert spec["encoding"]["column"]["field"] == "stage"
     assert spec["encoding"]["x"]["scale"]["type"] == "log"
+
+
+def test_context_growth_derives_compactions_from_replay_calls(db):
+    """Replay calls carry no is_compaction: a prompt below half the previous one is marked."""
+    trace_calls = db.query("SELECT * FROM calls")
+    replay = db.query("SELECT * FROM replay_calls WHERE run = 'replay-b200'")
+    assert "is_compaction" not in replay.columns
+    spec = C.context_growth(replay, max_sessions=50).to_dict()
+    marked = {(r["session_id"], r["call_index"]) for r in data_of(spec, 1)}
+    main = trace_calls.filter(pl.col("agent_id").is_null() & pl.col("is_compaction"))
+    assert marked == set(main.select("session_id", "call_index").iter_rows())
+    assert marked  # the fixture compacts at least once
 
 
 def test_context_growth_marks_compactions(db):

@@ -149,8 +149,13 @@ def test_named_query_peak_hbm_and_sweep(data):
     hbm = db.query(get_query("peak_hbm_per_gpu").sql)
     fp = pl.read_parquet(runs["replay-gb200"] / "footprint.parquet")
     row = hbm.filter(pl.col("run") == "replay-gb200").row(0, named=True)
-    assert row["hbm_bytes_per_gpu"] == pytest.approx(fp["bytes_per_gpu"].sum())
-    assert row["below_80_gb"] == (fp["bytes_per_gpu"].sum() < 80e9)
+    total = fp.filter(pl.col("component") == "total")["bytes_per_gpu"].item()
+    assert row["hbm_bytes_per_gpu"] == pytest.approx(total)
+    assert (
+        row["capacity_bytes_per_gpu"]
+        == fp.filter(pl.col("component") == "hbm_capacity")["bytes_per_gpu"].item()
+    )
+    assert row["below_80_gb"] == (total < 80e9)
     best = db.query(get_query("best_throughput").sql)
     sw = pl.read_parquet(runs["sweep-b200"] / "sweep.parquet").filter(
         pl.col("fits") & (pl.col("stage") == "prefill")

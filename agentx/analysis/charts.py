@@ -84,12 +84,24 @@ def kv_link_bytes(calls: pl.DataFrame, by: str = "run", bins: int = 60) -> alt.C
     )
 
 
+# Rows of the replay footprint table that are not slices of the HBM stack.
+FOOTPRINT_TOTALS = ("total", "hbm_capacity", "free")
+
+
 def hbm_footprint(footprint: pl.DataFrame, by: str = "run") -> alt.LayerChart:
-    """HBM per GPU by component for each configuration, with the GPU's capacity marked (SEED-21)."""
-    _need(footprint, [by, "component", "bytes_per_gpu", "capacity_bytes_per_gpu"], "hbm_footprint")
-    df = footprint.with_columns(gb_per_gpu=pl.col("bytes_per_gpu") / GB)
+    """HBM per GPU by component for each configuration, with the GPU's capacity marked (SEED-21).
+
+    ``footprint`` is the replay table (``component``, ``bytes_per_gpu``) whose ``hbm_capacity``
+    row gives the capacity; ``total`` and ``free`` rows are not drawn as slices.
+    """
+    _need(footprint, [by, "component", "bytes_per_gpu"], "hbm_footprint")
+    parts = footprint.filter(~pl.col("component").is_in(list(FOOTPRINT_TOTALS)))
+    df = parts.select(by, "component", gb_per_gpu=pl.col("bytes_per_gpu") / GB)
     cap = (
-        footprint.group_by(by).agg(capacity_gb=pl.col("capacity_bytes_per_gpu").max() / GB).sort(by)
+        footprint.filter(pl.col("component") == "hbm_capacity")
+        .group_by(by)
+        .agg(capacity_gb=pl.col("bytes_per_gpu").max() / GB)
+        .sort(by)
     )
     bars = (
         alt.Chart(df)
@@ -154,12 +166,13 @@ def latency_throughput(sweep: pl.DataFrame) -> alt.Chart:
 
 def context_growth(calls: pl.DataFrame, max_sessions: int = 12) -> alt.LayerChart:
     """Prompt length per main-agent call of the longest sessions; compactions marked (SEED-6)."""
-    _need(
-        calls,
-        ["session_id", "call_index", "agent_id", "input_tokens", "is_compaction"],
-        "context_growth",
-    )
-    main = calls.filter(pl.col("agent_id").is_null())
+    _need(calls, ["session_id", "call_index", "agent_id", "input_tokens"], "context_growth")
+    main = calls.filter(pl.col("agent_id").is_null()).sort("session_id", "call_index")
+    if "is_compaction" not in main.columns:
+        # Replay tables keep only the trace keys: mark where the prompt shrank below half the
+        # previous call's, the sharp drop that defines a compaction in the trace schema.
+        prev = pl.col("input_tokens").shift(1).over("session_id")
+        main = main.with_columns(is_compaction=(pl.col("input_tokens") * 2 < prev).fill_null(False))
     top = (
         main.group_by("session_id")
         .agg(n=pl.len())

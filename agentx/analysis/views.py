@@ -170,10 +170,11 @@ def _run_name(root: Path, run: Run) -> str:
     return rel.as_posix() if str(rel) != "." else run.path.resolve().name
 
 
-def _first(config: dict, keys: Iterable[str]) -> object:
-    for k in keys:
-        if config.get(k) is not None:
-            return config[k]
+def _first(dicts: Iterable[dict], keys: Iterable[str]) -> object:
+    for d in dicts:
+        for k in keys:
+            if isinstance(d.get(k), (str, int, float)):
+                return d[k]
     return None
 
 
@@ -181,14 +182,21 @@ def _run_row(name: str, run: Run) -> dict:
     m = run.manifest
     cfg = m.get("config") or {}
     trace = (m.get("inputs") or {}).get("trace") or {}
-    gpus = _first(cfg, GPU_KEYS)
+    # The configuration names the system; a replay's summary.json repeats it (with the catalog's
+    # canonical spelling), which serves runs whose config used other keys.
+    where = (cfg, run.summary())
+    system, model, gpus = (
+        _first(where, SYSTEM_KEYS),
+        _first(where, MODEL_KEYS),
+        _first(where, GPU_KEYS),
+    )
     return {
         "run": name,
         "kind": run.kind,
         "run_id": m.get("run_id"),
         "path": str(run.path),
-        "system": None if _first(cfg, SYSTEM_KEYS) is None else str(_first(cfg, SYSTEM_KEYS)),
-        "model": None if _first(cfg, MODEL_KEYS) is None else str(_first(cfg, MODEL_KEYS)),
+        "system": None if system is None else str(system),
+        "model": None if model is None else str(model),
         "gpus": int(gpus) if isinstance(gpus, (int, float)) else None,
         "trace_path": trace.get("path"),
         "trace_sha256": trace.get("sha256"),
