@@ -10,6 +10,7 @@ Every mistake names the file, the table and the key.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import types
 import typing
@@ -161,8 +162,7 @@ def _merge(raw: dict, label: str, doc: dict) -> None:
 def _build(kind: str, name: str, label: str, entry: dict, chips: dict[str, ChipSpec]):
     cls = _SPECS[kind]
     where = f"{label}: [{kind}.{name}]"
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "name"}
+    hints, fields = _schema(cls)
     for key in entry:
         if key not in fields:
             raise CatalogError(f"{where}: unknown key '{key}'{did_you_mean(key, fields)}")
@@ -209,6 +209,13 @@ def _check_model_shape(where: str, v: dict) -> None:
     for key, ok, expected in problems:
         if not ok:
             raise CatalogError(f"{where}: key '{key}': expected {expected}, got {v[key]!r}")
+
+
+@functools.cache
+def _schema(cls) -> tuple[dict, dict]:
+    """Resolved type hints and the fields a catalog entry may set (all but ``name``)."""
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "name"}
+    return typing.get_type_hints(cls), fields
 
 
 def _optional(hint) -> bool:
