@@ -89,9 +89,9 @@ def command(
 ) -> None:
     """Memory per pipeline stage (KV, double buffer, weights, activations, routing, headroom),
     or with --hw the HBM footprint per GPU of MODEL on GPUS of that system
-    (agentx plan --model deepseek-v3 --hw h200 --gpus 8). SEED-14 with weights:
-    agentx plan --kv-bytes-per-token 70000 --context-tokens 2e6 --model kimi-k2 --pp 8. A configuration that does not fit
-    is an answer, not an error: the exit code stays 0 and --json says "fits": false.
+    (agentx plan --model deepseek-v3 --hw h200 --gpus 8). SEED-14 with weights: agentx plan
+    --kv-bytes-per-token 70000 --context-tokens 2e6 --model kimi-k2 --pp 8. A configuration
+    that does not fit is an answer, not an error: the exit code stays 0, --json says "fits": false.
     """
     from agentx.catalog import load_catalog
     from agentx.replay import footprint as fp
@@ -99,12 +99,6 @@ def command(
 
     cat = load_catalog(catalog_files) if (model_name or hw_name) else None
     model = cat.model(model_name) if model_name else None
-    dp_attention_flag = dp_attention  # None: make_config's default (data-parallel for MLA)
-    if dp_attention is None:
-        dp_attention = model is not None and model.attention == "mla"
-    layout = dict(
-        weight_precision=weight_precision, kv_precision=kv_precision, dp_attention=dp_attention
-    )
     if hw_name:
         if model is None:
             raise UsageError("--hw needs --model (whose weights and KV to place)")
@@ -112,7 +106,7 @@ def command(
 
         cfg = make_config(
             cat, hw_name, model.name, gpus=gpus, tp=tp, ep=ep, pp=pp,
-            dp_attention=dp_attention_flag, weight_precision=weight_precision,
+            dp_attention=dp_attention, weight_precision=weight_precision,
             kv_precision=kv_precision,
         )  # fmt: skip
         foot = fp.footprint_per_gpu(
@@ -147,7 +141,12 @@ def command(
         return
     cfg = None
     if model is not None:
-        cfg = plan.stage_config(model, pp=pp, gpus_per_stage=gpus_per_stage, **layout)
+        cfg = plan.stage_config(
+            model, pp=pp, gpus_per_stage=gpus_per_stage, weight_precision=weight_precision,
+            kv_precision=kv_precision,
+            # MLA deployments run data-parallel attention (NOTES.md (a)), as make_config does
+            dp_attention=model.attention == "mla" if dp_attention is None else dp_attention,
+        )  # fmt: skip
         cfg = _override(cfg, tp=tp or cfg.tp, ep=ep or cfg.ep)
     kwargs = {} if headroom is None else {"headroom": headroom}
     result = plan.plan_stage(
