@@ -16,9 +16,21 @@ from agentx.traces.io import Trace, write_trace
 
 # format name -> (module, loader function, one-line description for --help)
 FORMATS: dict[str, tuple[str, str, str]] = {
-    "weka": ("agentx.traces.importers.weka", "load_weka", "folder or file of Weka/AgentX Claude Code sessions (.json, .json.gz)"),
-    "mooncake": ("agentx.traces.importers.mooncake", "load_mooncake", "Mooncake JSONL with 512-token hash_ids"),
-    "azure": ("agentx.traces.importers.azure", "load_azure", "Azure LLM inference CSV (TIMESTAMP, ContextTokens, GeneratedTokens)"),
+    "weka": (
+        "agentx.traces.importers.weka",
+        "load_weka",
+        "folder or file of Weka/AgentX Claude Code sessions (.json, .json.gz)",
+    ),
+    "mooncake": (
+        "agentx.traces.importers.mooncake",
+        "load_mooncake",
+        "Mooncake JSONL with 512-token hash_ids",
+    ),
+    "azure": (
+        "agentx.traces.importers.azure",
+        "load_azure",
+        "Azure LLM inference CSV (TIMESTAMP, ContextTokens, GeneratedTokens)",
+    ),
     "tracelab": ("agentx.traces.importers.tracelab", "load_tracelab", "TraceLab round_trace JSONL"),
 }
 
@@ -42,7 +54,9 @@ def load_trace(fmt: str, source: Path | str, **options) -> Trace:
     known = option_names(fmt)
     for name in options:
         if name not in known:
-            raise UsageError(f"format '{fmt}' takes no option '{name}' (it takes: {', '.join(known)})")
+            raise UsageError(
+                f"format '{fmt}' takes no option '{name}' (it takes: {', '.join(known)})"
+            )
     if not Path(source).exists():
         raise InputError(source, "no such file or folder")
     return load(source, **options)

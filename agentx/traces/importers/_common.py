@@ -61,8 +61,12 @@ def count(value: object, path: Path, where: str | None, field: str) -> int:
     if type(value) is int and value >= 0:
         return value
     if value is None:
-        raise InputError(path, "expected a non-negative integer, got nothing", where=where, field=field)
-    raise InputError(path, f"expected a non-negative integer, got {value!r}", where=where, field=field)
+        raise InputError(
+            path, "expected a non-negative integer, got nothing", where=where, field=field
+        )
+    raise InputError(
+        path, f"expected a non-negative integer, got {value!r}", where=where, field=field
+    )
 
 
 def seconds(
@@ -74,7 +78,9 @@ def seconds(
     if type(value) in (int, float) and math.isfinite(value) and value >= 0:
         return float(value)
     got = "nothing" if value is None else repr(value)
-    raise InputError(path, f"expected a non-negative number of seconds, got {got}", where=where, field=field)
+    raise InputError(
+        path, f"expected a non-negative number of seconds, got {got}", where=where, field=field
+    )
 
 
 def leading_seen_blocks(

@@ -60,15 +60,39 @@ class _Session:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.cols: dict[str, list] = {k: [] for k in ("agent_id", "t", "input_tokens", "output_tokens", "think_time_s", "api_time_s", "model", "trigger", "shared_prefix_tokens", "n_ids")}
+        self.cols: dict[str, list] = {
+            k: []
+            for k in (
+                "agent_id",
+                "t",
+                "input_tokens",
+                "output_tokens",
+                "think_time_s",
+                "api_time_s",
+                "model",
+                "trigger",
+                "shared_prefix_tokens",
+                "n_ids",
+            )
+        }
         self.parts: list[bytes] = []
         self.where: list[str] = []
         self.sums = {"parent": [0, 0], "subagent": [0, 0]}
         self.block_size = BLOCK_SIZE_TOKENS
 
-    def walk(self, requests: object, parts: list[bytes] | None, t0: float, agent: str | None, prefix: int, label: str) -> None:
+    def walk(
+        self,
+        requests: object,
+        parts: list[bytes] | None,
+        t0: float,
+        agent: str | None,
+        prefix: int,
+        label: str,
+    ) -> None:
         if not isinstance(requests, list):
-            raise InputError(self.path, "expected a list of requests", where=label or None, field="requests")
+            raise InputError(
+                self.path, "expected a list of requests", where=label or None, field="requests"
+            )
         prev_t = 0.0
         for i, r in enumerate(requests):
             where = f"{label}request {i}"
@@ -76,7 +100,12 @@ class _Session:
                 raise InputError(self.path, f"expected an object, got {r!r:.40}", where=where)
             t = seconds(r.get("t"), self.path, where, "t")
             if t < prev_t:
-                raise InputError(self.path, f"expected times sorted within the agent's requests, got {t} after {prev_t}", where=where, field="t")
+                raise InputError(
+                    self.path,
+                    f"expected times sorted within the agent's requests, got {t} after {prev_t}",
+                    where=where,
+                    field="t",
+                )
             prev_t = t
             if r.get("type") == "subagent":
                 self._subagent(r, parts, t0 + t, where)
@@ -86,22 +115,49 @@ class _Session:
             n_ids = self._ids(r.get("hash_ids"), parts, where)
             full = n_in // self.block_size
             if n_ids not in (full, -(-n_in // self.block_size)):
-                raise InputError(self.path, f"expected floor(in/{self.block_size}) = {full} block ids for {n_in} tokens, got {n_ids}", where=where, field="hash_ids")
+                raise InputError(
+                    self.path,
+                    f"expected floor(in/{self.block_size}) = {full} block ids for {n_in} tokens, got {n_ids}",
+                    where=where,
+                    field="hash_ids",
+                )
             types = r.get("input_types") or []
             if not isinstance(types, list):
-                raise InputError(self.path, f"expected a list of strings, got {types!r:.40}", where=where, field="input_types")
+                raise InputError(
+                    self.path,
+                    f"expected a list of strings, got {types!r:.40}",
+                    where=where,
+                    field="input_types",
+                )
             model = r.get("model")
             if model is not None and not isinstance(model, str):
-                raise InputError(self.path, f"expected a model name, got {model!r:.40}", where=where, field="model")
+                raise InputError(
+                    self.path,
+                    f"expected a model name, got {model!r:.40}",
+                    where=where,
+                    field="model",
+                )
             c = self.cols
             c["agent_id"].append(agent)
             c["t"].append(t0 + t)
             c["input_tokens"].append(n_in)
             c["output_tokens"].append(n_out)
-            c["think_time_s"].append(seconds(r.get("think_time"), self.path, where, "think_time", optional=True))
-            c["api_time_s"].append(seconds(r.get("api_time"), self.path, where, "api_time", optional=True))
+            c["think_time_s"].append(
+                seconds(r.get("think_time"), self.path, where, "think_time", optional=True)
+            )
+            c["api_time_s"].append(
+                seconds(r.get("api_time"), self.path, where, "api_time", optional=True)
+            )
             c["model"].append(model)
-            c["trigger"].append("subagent" if agent is not None and i == 0 else "user" if "text" in types else "tool_result" if "tool_result" in types else "unknown")
+            c["trigger"].append(
+                "subagent"
+                if agent is not None and i == 0
+                else "user"
+                if "text" in types
+                else "tool_result"
+                if "tool_result" in types
+                else "unknown"
+            )
             c["shared_prefix_tokens"].append(min(prefix, n_in))
             c["n_ids"].append(n_ids)
             s = self.sums["parent" if agent is None else "subagent"]
@@ -111,8 +167,15 @@ class _Session:
     def _subagent(self, r: dict, parts: list[bytes] | None, t0: float, where: str) -> None:
         agent = r.get("agent_id")
         if not isinstance(agent, str) or not agent:
-            raise InputError(self.path, f"expected a sub-agent id, got {agent!r:.40}", where=where, field="agent_id")
-        prefix = count(r.get("tool_tokens"), self.path, where, "tool_tokens") + count(r.get("system_tokens"), self.path, where, "system_tokens")
+            raise InputError(
+                self.path,
+                f"expected a sub-agent id, got {agent!r:.40}",
+                where=where,
+                field="agent_id",
+            )
+        prefix = count(r.get("tool_tokens"), self.path, where, "tool_tokens") + count(
+            r.get("system_tokens"), self.path, where, "system_tokens"
+        )
         self.walk(r.get("requests"), parts, t0, agent, prefix, f"{where} (sub-agent '{agent}') ")
 
     def _ids(self, h: object, parts: list[bytes] | None, where: str) -> int:
@@ -124,7 +187,12 @@ class _Session:
                 return body.count(b",") + 1 if body.strip() else 0
             h = parse_json(self.path, b"[" + body + b"]", where)
         if not isinstance(h, list):
-            raise InputError(self.path, f"expected a list of block ids, got {h!r:.40}", where=where, field="hash_ids")
+            raise InputError(
+                self.path,
+                f"expected a list of block ids, got {h!r:.40}",
+                where=where,
+                field="hash_ids",
+            )
         _check_ids(h, self.path, where)
         self.parts.append(",".join(map(str, h)).encode())
         self.where.append(where)
@@ -136,11 +204,19 @@ class _Session:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             try:
-                ids = np.fromstring(body.decode("ascii"), dtype=np.uint64, sep=",") if body else np.zeros(0, np.uint64)
+                ids = (
+                    np.fromstring(body.decode("ascii"), dtype=np.uint64, sep=",")
+                    if body
+                    else np.zeros(0, np.uint64)
+                )
             except (ValueError, DeprecationWarning):
                 ids = None
-        if ids is None or len(ids) != sum(self.cols["n_ids"]) or (len(ids) and ids.max() >= PARTIAL_BLOCK_ID_BASE):
-            for part, where in zip(self.parts, self.where):
+        if (
+            ids is None
+            or len(ids) != sum(self.cols["n_ids"])
+            or (len(ids) and ids.max() >= PARTIAL_BLOCK_ID_BASE)
+        ):
+            for part, where in zip(self.parts, self.where, strict=True):
                 _check_ids(parse_json(self.path, b"[" + part + b"]", where), self.path, where)
             raise InputError(self.path, "expected comma-separated block ids", field="hash_ids")
         return ids
@@ -148,10 +224,17 @@ class _Session:
 
 def _check_ids(h: object, path: Path, where: str) -> None:
     if not isinstance(h, list):
-        raise InputError(path, f"expected a list of block ids, got {h!r:.40}", where=where, field="hash_ids")
+        raise InputError(
+            path, f"expected a list of block ids, got {h!r:.40}", where=where, field="hash_ids"
+        )
     for k, x in enumerate(h):
         if type(x) is not int or not 0 <= x < PARTIAL_BLOCK_ID_BASE:
-            raise InputError(path, f"expected non-negative integer block ids below 2^63, element {k} is {x!r:.40}", where=where, field="hash_ids")
+            raise InputError(
+                path,
+                f"expected non-negative integer block ids below 2^63, element {k} is {x!r:.40}",
+                where=where,
+                field="hash_ids",
+            )
 
 
 def _cut_hash_lists(raw: bytes) -> tuple[bytes, list[bytes] | None]:
@@ -196,10 +279,16 @@ def _read_session(path: Path) -> tuple[_Session, np.ndarray]:
     s = _Session(path)
     size = doc.get("block_size", BLOCK_SIZE_TOKENS)
     if size != BLOCK_SIZE_TOKENS:
-        raise InputError(path, f"expected {BLOCK_SIZE_TOKENS}-token blocks, got {size!r:.40}", field="block_size")
+        raise InputError(
+            path, f"expected {BLOCK_SIZE_TOKENS}-token blocks, got {size!r:.40}", field="block_size"
+        )
     if doc.get("hash_id_scope", "local") != "local":
-        raise InputError(path, f"expected 'local', got {doc.get('hash_id_scope')!r:.40}", field="hash_id_scope")
-    prefix = count(doc.get("tool_tokens"), path, None, "tool_tokens") + count(doc.get("system_tokens"), path, None, "system_tokens")
+        raise InputError(
+            path, f"expected 'local', got {doc.get('hash_id_scope')!r:.40}", field="hash_id_scope"
+        )
+    prefix = count(doc.get("tool_tokens"), path, None, "tool_tokens") + count(
+        doc.get("system_tokens"), path, None, "system_tokens"
+    )
     s.walk(doc.get("requests"), parts, 0.0, None, prefix, "")
     _check_totals(s, doc.get("totals"))
     return s, s.ids()
@@ -213,14 +302,30 @@ def _check_totals(s: _Session, totals: object) -> None:
         got = totals.get(key) if isinstance(totals, dict) else None
         want = s.sums[who]
         if not isinstance(got, dict) or [got.get("input"), got.get("output")] != want:
-            raise InputError(s.path, f"expected {{'input': {want[0]}, 'output': {want[1]}}} (the sum of its requests), got {got!r:.80}", field=f"totals.{key}")
+            raise InputError(
+                s.path,
+                f"expected {{'input': {want[0]}, 'output': {want[1]}}} (the sum of its requests), got {got!r:.80}",
+                field=f"totals.{key}",
+            )
 
 
-def load_weka(source: Path | str, *, session_rate_per_s: float = DEFAULT_SESSION_RATE_PER_S, seed: int = 0, progress_bar: bool | None = None) -> Trace:
+def load_weka(
+    source: Path | str,
+    *,
+    session_rate_per_s: float = DEFAULT_SESSION_RATE_PER_S,
+    seed: int = 0,
+    progress_bar: bool | None = None,
+) -> Trace:
     """Read a folder (or one file) of Weka sessions into a validated trace."""
     source = Path(source)
-    if not (isinstance(session_rate_per_s, (int, float)) and math.isfinite(session_rate_per_s) and session_rate_per_s > 0):
-        raise UsageError(f"session rate must be a positive number of sessions per second, got {session_rate_per_s}")
+    if not (
+        isinstance(session_rate_per_s, (int, float))
+        and math.isfinite(session_rate_per_s)
+        and session_rate_per_s > 0
+    ):
+        raise UsageError(
+            f"session rate must be a positive number of sessions per second, got {session_rate_per_s}"
+        )
     files = session_files(source)
     offsets_s = session_offsets_s(len(files), float(session_rate_per_s), int(seed))
     cols: dict[str, list] = {}
@@ -251,7 +356,14 @@ def load_weka(source: Path | str, *, session_rate_per_s: float = DEFAULT_SESSION
     return finish(df.drop("t", "n_ids"), _meta(session_rate_per_s, seed), source)
 
 
-_OVERRIDES = {"agent_id": pl.String, "model": pl.String, "t": pl.Float64, "t_start_s": pl.Float64, "think_time_s": pl.Float64, "api_time_s": pl.Float64}
+_OVERRIDES = {
+    "agent_id": pl.String,
+    "model": pl.String,
+    "t": pl.Float64,
+    "t_start_s": pl.Float64,
+    "think_time_s": pl.Float64,
+    "api_time_s": pl.Float64,
+}
 
 
 def _blocks(s: _Session, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -276,8 +388,12 @@ def _blocks(s: _Session, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
     lens = n_sorted + add
     new_offsets = np.concatenate(([0], np.cumsum(lens)))
     out = np.empty(int(new_offsets[-1]), dtype=np.uint64)
-    out[_segment_positions(new_offsets[:-1], n_sorted)] = ids[_segment_positions(offsets[:-1][order], n_sorted)]
-    out[new_offsets[1:][add] - 1] = np.uint64(PARTIAL_BLOCK_ID_BASE) + np.flatnonzero(add).astype(np.uint64)
+    out[_segment_positions(new_offsets[:-1], n_sorted)] = ids[
+        _segment_positions(offsets[:-1][order], n_sorted)
+    ]
+    out[new_offsets[1:][add] - 1] = np.uint64(PARTIAL_BLOCK_ID_BASE) + np.flatnonzero(add).astype(
+        np.uint64
+    )
     return order, reused, out, lens
 
 
@@ -289,5 +405,12 @@ def _segment_positions(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
 
 
 def _meta(session_rate_per_s: float, seed: int) -> dict[str, str]:
-    options = {"arrival": "poisson", "session_rate_per_s": float(session_rate_per_s), "seed": int(seed), "session_order": "file name"}
-    return trace_metadata("weka", block_size_tokens=BLOCK_SIZE_TOKENS, hash_scope="session", options=options)
+    options = {
+        "arrival": "poisson",
+        "session_rate_per_s": float(session_rate_per_s),
+        "seed": int(seed),
+        "session_order": "file name",
+    }
+    return trace_metadata(
+        "weka", block_size_tokens=BLOCK_SIZE_TOKENS, hash_scope="session", options=options
+    )
