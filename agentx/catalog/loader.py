@@ -12,17 +12,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import tomllib
 import types
 import typing
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: the same parser as a package
-    import tomli as tomllib
 
 from agentx.catalog.types import ChipSpec, ModelSpec, SystemSpec
 from agentx.errors import CatalogError, UnknownNameError, did_you_mean
