@@ -130,7 +130,20 @@ def simulate(
         p,
         policy.vector(),
     )
-    arrival, admitted, first, done, status, reason, preempt, kv_moved, ts, n_steps = res
+    (
+        arrival,
+        admitted,
+        first,
+        done,
+        status,
+        reason,
+        preempt,
+        kv_moved,
+        ts,
+        n_steps,
+        busy_dec_s,
+        busy_fill_s,
+    ) = res
     frame = _calls_frame(
         calls, arrival, admitted, first, done, status, reason, preempt, kv_moved, out
     )
@@ -141,6 +154,17 @@ def simulate(
         if c.endswith("_len") or c in ("decode_batch_size", "in_system")
     )
     summary = _summary(frame, tsf, cfg, policy, n_steps, link_bps)
+    summary.update(
+        decode_busy_s=float(busy_dec_s),
+        fill_busy_s=float(busy_fill_s),
+        fill_gpus=0 if agg else fill.gpus,
+        decode_gpus=decode.gpus,
+        kv_capacity_tokens=float(decode.kv_capacity_tokens),
+        # aggregated: share of the pool's busy time spent on fills piggybacked on decode steps
+        fill_share_of_steps=float(busy_fill_s / max(busy_fill_s + busy_dec_s, 1e-12))
+        if agg
+        else 0.0,
+    )
     return SimResult(frame, tsf, summary)
 
 
@@ -229,6 +253,7 @@ def _summary(
         "queue_delay_s_p99": q("queue_delay_s", 0.99),
         "e2e_s_p50": q("e2e_s", 0.5),
         "energy_j": energy,
+        "output_tokens": out_tokens,
         "energy_per_output_token_j": energy / max(out_tokens, 1),
         "mean_power_w": float(ts["power_w"].mean()) if ts.height else 0.0,
         "mean_utilisation": float(ts["utilisation"].mean()) if ts.height else 0.0,

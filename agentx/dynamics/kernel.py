@@ -162,6 +162,8 @@ def simulate_kernel(
     resolved = 0
     seqc = 0
     n_steps = 0
+    busy_dec_s = 0.0
+    busy_fill_s = 0.0
     while resolved < n and t < p[P_HORIZON]:
         # arrivals whose time has come
         while hs > 0 and hk[0] <= t:
@@ -361,6 +363,8 @@ def simulate_kernel(
                     ft += 1
         if q[0] != 0:
             bucket = min(q[7], bucket + ctrl[0] * dt)
+        busy_dec_s += dec_dt
+        busy_fill_s += fill_busy
         # energy and busy GPU-seconds, spread over the fixed sample intervals
         if mode_agg:
             busy = p[P_GPUS_DEC] * dt if (dec_dt + fill_busy) > 0 else 0.0
@@ -401,4 +405,17 @@ def simulate_kernel(
     for i in range(n):
         if status[i] == UNARRIVED and not np.isnan(arrival[i]):
             status[i], reason[i], done[i] = DROPPED, R_HORIZON, t
-    return arrival, admitted, first, done, status, reason, preempt, kv_moved, ts[:nts], n_steps
+    return (
+        arrival,
+        admitted,
+        first,
+        done,
+        status,
+        reason,
+        preempt,
+        kv_moved,
+        ts[:nts],
+        n_steps,
+        busy_dec_s,
+        busy_fill_s,
+    )

@@ -1,0 +1,282 @@
+"""Operating-point sweeps: latency–throughput curves per stage and system (SEED-18..21).
+
+For each configuration (system × GPU count) every operating point is one row of columns
+computed by the cost model in one vectorized call per stage, never a loop of replays:
+
+- decode: batch size × context → step time, per-user tokens/s (1 / step), tokens/s per GPU;
+- prefill and midfill: fill batch (requests sharing each forward pass) × prompt or append size
+  → time to first token (the batch's time: all its requests finish together) against
+  input tokens/s per GPU. ``chunk_tokens`` is the tokens per forward pass.
+
+Each point also carries joules per token and the peak HBM per GPU with its KV resident
+(``agentx.replay.footprint``), and ``fits`` whether that is within the chip's HBM.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from agentx.errors import CapacityError
+
+DECODE_BATCHES = np.unique(np.round(np.geomspace(1, 1024, 41))).astype(np.int64)
+DECODE_CONTEXTS = np.array([2_048, 8_192, 32_768, 65_536, 131_072])
+FILL_BATCHES = np.array([1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64])
+PREFILL_TOKENS = np.array([2_048, 8_192, 32_768, 131_072])
+MIDFILL_APPENDS = np.array([256, 1_024, 4_096])
+MIDFILL_PREFIXES = np.array([32_768, 131_072])
+COLUMNS = (
+    "system",
+    "gpus",
+    "model",
+    "stage",
+    "batch_size",
+    "chunk_tokens",
+    "context_tokens",
+    "new_tokens",
+    "per_user_tokens_per_s",
+    "tokens_per_s_per_gpu",
+    "ttft_s",
+    "step_time_s",
+    "energy_per_token_j",
+    "hbm_peak_bytes_per_gpu",
+    "fits",
+)
+
+
+def _grid(*axes):
+    mesh = np.meshgrid(*axes, indexing="ij")
+    return [m.ravel().astype(np.float64) for m in mesh]
+
+
+def _hbm(cfg, kv_tokens):
+    from agentx.replay.footprint import footprint_per_gpu
+
+    fp = footprint_per_gpu(cfg, kv_tokens, double_buffer=False)
+    return np.broadcast_to(np.asarray(fp.total_bytes, dtype=np.float64), np.shape(kv_tokens))
+
+
+def decode_points(cfg) -> dict[str, np.ndarray]:
+    from agentx.replay.stages import decode_attention_step, decode_experts_step
+
+    b, ctx = _grid(DECODE_BATCHES, DECODE_CONTEXTS)
+    a = decode_attention_step(cfg, b, b * ctx)
+    x = decode_experts_step(cfg, b)
+    step = a["time_s"] + x["time_s"]
+    hbm = _hbm(cfg, b * ctx)
+    return {
+        "stage": np.full(b.shape, "decode"),
+        "batch_size": b,
+        "chunk_tokens": b,
+        "context_tokens": ctx,
+        "new_tokens": np.ones_like(b),
+        "per_user_tokens_per_s": 1.0 / step,
+        "tokens_per_s_per_gpu": b / step / cfg.gpus,
+        "ttft_s": np.full(b.shape, np.nan),
+        "step_time_s": step,
+        "energy_per_token_j": (a["energy_j"] + x["energy_j"]) / b,
+        "hbm_peak_bytes_per_gpu": hbm,
+        "fits": hbm <= cfg.chip.hbm_bytes,
+    }
+
+
+def fill_points(cfg, stage: str) -> dict[str, np.ndarray]:
+    from agentx.replay.stages import fill_cost
+
+    if stage == "prefill":
+        b, n = _grid(FILL_BATCHES, PREFILL_TOKENS)
+        p = np.zeros_like(n)
+    else:
+        b, n, p = _grid(FILL_BATCHES, MIDFILL_APPENDS, MIDFILL_PREFIXES)
+    per_pass = np.maximum(b * np.minimum(n, cfg.prefill_chunk_tokens), n)
+    c = _fill_cost(fill_cost, cfg, n, p, per_pass)
+    ttft = b * c["time_s"]  # instance-seconds of the whole batch = its wall time on the instance
+    hbm = _hbm(cfg, b * (p + n))
+    return {
+        "stage": np.full(b.shape, stage),
+        "batch_size": b,
+        "chunk_tokens": per_pass,
+        "context_tokens": p + n,
+        "new_tokens": n,
+        "per_user_tokens_per_s": n / ttft,
+        "tokens_per_s_per_gpu": b * n / ttft / cfg.gpus,
+        "ttft_s": ttft,
+        "step_time_s": np.full(b.shape, np.nan),
+        "energy_per_token_j": c["energy_j"] / n,
+        "hbm_peak_bytes_per_gpu": hbm,
+        "fits": hbm <= cfg.chip.hbm_bytes,
+    }
+
+
+def _fill_cost(fill_cost, cfg, n, p, per_pass):
+    """``fill_cost`` with a per-point ``batch_tokens``; if the cost model takes only a scalar
+    there, call it once per distinct pass size (a few dozen), each call vectorized."""
+    try:
+        c = fill_cost(cfg, n, p, batch_tokens=per_pass)
+        return {k: np.asarray(c[k], dtype=np.float64) for k in ("time_s", "energy_j")}
+    except TypeError:
+        out = {k: np.empty_like(n) for k in ("time_s", "energy_j")}
+        values, inv = np.unique(per_pass, return_inverse=True)
+        for k, v in enumerate(values):
+            m = inv == k
+            c = fill_cost(cfg, n[m], p[m], batch_tokens=float(v))
+            for key in out:
+                out[key][m] = c[key]
+        return out
+
+
+def sweep_config(cfg) -> pl.DataFrame:
+    parts = [decode_points(cfg), fill_points(cfg, "prefill"), fill_points(cfg, "midfill")]
+    cols = {k: np.concatenate([np.asarray(d[k]) for d in parts]) for k in parts[0]}
+    n = cols["batch_size"].shape[0]
+    df = pl.DataFrame(
+        {
+            "system": [cfg.system.name] * n,
+            "gpus": np.full(n, cfg.gpus),
+            "model": [cfg.model.name] * n,
+            **cols,
+        }
+    )
+    return df.with_columns(
+        pl.col("batch_size", "chunk_tokens", "context_tokens", "new_tokens").cast(pl.Int64)
+    ).select(COLUMNS)
+
+
+def sweep(
+    catalog, systems, gpus, model: str = "kimi-k2", **config
+) -> tuple[pl.DataFrame, list[dict]]:
+    """All operating points of every (system, GPU count) that holds the model's weights.
+
+    Returns the points and one note per configuration that was skipped (and why).
+    """
+    from agentx.replay.config import make_config
+    from agentx.replay.footprint import check_fits
+
+    frames, skipped = [], []
+    for hw in systems:
+        for g in gpus:
+            cfg = make_config(
+                catalog, hw=hw, model=model, gpus=int(g), pools="aggregated", **config
+            )
+            try:
+                check_fits(cfg)
+            except CapacityError as err:
+                skipped.append({"system": hw, "gpus": int(g), "reason": str(err)})
+                continue
+            frames.append(sweep_config(cfg))
+    if not frames:
+        return pl.DataFrame(schema={c: pl.Null for c in COLUMNS}), skipped
+    return pl.concat(frames), skipped
+
+
+def frontier(
+    df: pl.DataFrame, x: str, y: str, *, by=("system", "gpus", "stage"), maximize_y: bool = True
+) -> pl.DataFrame:
+    """The Pareto frontier of each group: points not beaten on both ``x`` (higher) and ``y``."""
+    sign = -1 if maximize_y else 1
+    return (
+        df.filter(pl.col("fits"))
+        .sort([*by, x], descending=[False] * len(by) + [True])
+        .with_columns(_best=(pl.col(y) * -sign).cum_max().over(list(by)))
+        .filter((pl.col(y) * -sign) >= pl.col("_best"))
+        .drop("_best")
+    )
+
+
+def _best_by_level(
+    front: pl.DataFrame, levels: np.ndarray, x: str, y: str, better_low_y: bool
+) -> pl.DataFrame:
+    """For each system and level of ``y``: the best ``x`` among frontier points meeting it."""
+    rows = []
+    for (system,), g in front.group_by(["system"], maintain_order=True):
+        xv, yv = g[x].to_numpy(), g[y].to_numpy()
+        meets = (
+            (yv[None, :] <= levels[:, None]) if better_low_y else (yv[None, :] >= levels[:, None])
+        )
+        best = np.where(meets, xv[None, :], -np.inf).max(axis=1)
+        rows.append(pl.DataFrame({"system": [system] * len(levels), "level": levels, "best": best}))
+    return pl.concat(rows)
+
+
+def _leader_share(
+    front: pl.DataFrame, x: str, y: str, better_low_y: bool, leader: str
+) -> tuple[float, int]:
+    """Share of common ``y`` levels (log grid) at which ``leader`` delivers the highest ``x``."""
+    lo = front.group_by("system").agg(pl.col(y).min())[y].max()
+    hi = front.group_by("system").agg(pl.col(y).max())[y].min()
+    if lo is None or hi is None or not lo < hi:
+        return float("nan"), 0
+    levels = np.geomspace(lo, hi, 25)
+    b = _best_by_level(front, levels, x, y, better_low_y)
+    win = b.sort("best", descending=True).group_by("level", maintain_order=True).first()
+    return float((win["system"] == leader).mean()), len(levels)
+
+
+def seed_verdicts(df: pl.DataFrame, hbm_limit_bytes: float = 80e9) -> dict:
+    """SEED-19/20/21 as the model computes them on a sweep (numbers, never tuned to agree).
+
+    SEED-19: share of the common interactivity range (per-user tokens/s) where GB200 gives the
+    most decode tokens/s per GPU, per GPU count and context. SEED-20: midfill; which system
+    has the lowest TTFT, and B300's best throughput per GPU over GB200's. SEED-21: share of
+    frontier operating points whose peak HBM per GPU is below 80 GB.
+    """
+    out: dict = {"seed19_decode": [], "seed20_midfill": [], "seed21_hbm": {}}
+    dec = frontier(
+        df.filter(pl.col("stage") == "decode"),
+        "tokens_per_s_per_gpu",
+        "per_user_tokens_per_s",
+        by=("system", "gpus", "stage", "context_tokens"),
+    )
+    for (g, c), part in dec.group_by(["gpus", "context_tokens"], maintain_order=True):
+        share, _ = _leader_share(
+            part, "tokens_per_s_per_gpu", "per_user_tokens_per_s", False, "gb200"
+        )
+        out["seed19_decode"].append(
+            {"gpus": int(g), "context_tokens": int(c), "gb200_lead_share": share}
+        )
+    mid = frontier(
+        df.filter(pl.col("stage") == "midfill"),
+        "tokens_per_s_per_gpu",
+        "ttft_s",
+        maximize_y=False,
+        by=("system", "gpus", "stage", "context_tokens", "new_tokens"),
+    )
+    for (g,), part in mid.group_by(["gpus"], maintain_order=True):
+        ttft = part.group_by("system").agg(pl.col("ttft_s").min()).sort("ttft_s")
+        thr = part.group_by("system").agg(pl.col("tokens_per_s_per_gpu").max())
+        t = dict(thr.iter_rows())
+        out["seed20_midfill"].append(
+            {
+                "gpus": int(g),
+                "lowest_ttft_system": ttft["system"][0],
+                "min_ttft_s": dict(ttft.iter_rows()),
+                "max_tokens_per_s_per_gpu": t,
+                "b300_over_gb200_throughput": t.get("b300", np.nan) / t["gb200"]
+                if "gb200" in t
+                else float("nan"),
+            }
+        )
+    fr = pl.concat([dec.select("hbm_peak_bytes_per_gpu"), mid.select("hbm_peak_bytes_per_gpu")])
+    below = fr["hbm_peak_bytes_per_gpu"] < hbm_limit_bytes
+    out["seed21_hbm"] = {
+        "frontier_points": fr.height,
+        "share_below_80gb": float(below.mean()) if fr.height else float("nan"),
+        "max_gb": float(fr["hbm_peak_bytes_per_gpu"].max() or 0) / 1e9,
+    }
+    s19 = [
+        r["gb200_lead_share"]
+        for r in out["seed19_decode"]
+        if r["gb200_lead_share"] == r["gb200_lead_share"]
+    ]
+    out["verdict"] = {
+        "seed19_gb200_leads_decode_most_of_curve": bool(s19) and float(np.mean(s19)) > 0.5,
+        "seed19_mean_lead_share": float(np.mean(s19)) if s19 else float("nan"),
+        "seed20_gb200_lowest_midfill_ttft": all(
+            r["lowest_ttft_system"] == "gb200" for r in out["seed20_midfill"]
+        ),
+        "seed20_b300_catches_up_at_throughput_end": all(
+            r["b300_over_gb200_throughput"] >= 0.95 for r in out["seed20_midfill"]
+        ),
+        "seed21_peak_hbm_mostly_below_80gb": out["seed21_hbm"]["share_below_80gb"] > 0.5,
+    }
+    return out
