@@ -30,6 +30,22 @@ from agentx.io import atomic_path, write_text_atomic
 VL_VERSION = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
 
 
+# The summary.json figures a reader looks at first, one row per run that has any of them.
+HEADLINE_KEYS = {
+    "j_per_output_token": "j_per_output_token",
+    "total_energy_j": "total_energy_j",
+    "hbm_peak_bytes_per_gpu": "hbm_peak_bytes_per_gpu",
+    "latency_s.ttft_s.p50": "ttft_p50_s",
+    "latency_s.ttft_s.p99": "ttft_p99_s",
+    "latency_s.decode_latency_s.p50": "decode_latency_p50_s",
+}
+HEADLINE_SQL = (
+    "SELECT run, "
+    + ", ".join(f"max(value) FILTER (WHERE key = '{k}') AS {a}" for k, a in HEADLINE_KEYS.items())
+    + f" FROM summary WHERE key IN ({', '.join(repr(k) for k in HEADLINE_KEYS)}) GROUP BY run ORDER BY run"
+)
+
+
 @dataclass(frozen=True)
 class Section:
     title: str
@@ -51,6 +67,9 @@ def collect_sections(db: Database) -> list[Section]:
     out: list[Section] = [
         Section("Runs", q("SELECT run, kind, system, model, gpus, run_id FROM runs ORDER BY run"))
     ]
+    headline = q(HEADLINE_SQL)
+    if headline.height:
+        out.append(Section("Headline figures per run", headline))
     if "stages" in v:
         out.append(
             Section(
