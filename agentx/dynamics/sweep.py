@@ -138,7 +138,8 @@ def sweep_config(cfg) -> pl.DataFrame:
         }
     )
     return df.with_columns(
-        pl.col("batch_size", "chunk_tokens", "context_tokens", "new_tokens").cast(pl.Int64)
+        pl.col("batch_size", "chunk_tokens", "context_tokens", "new_tokens").cast(pl.Int64),
+        pl.col("ttft_s", "step_time_s").fill_nan(None),  # null where the stage has no such time
     ).select(COLUMNS)
 
 
@@ -280,3 +281,49 @@ def seed_verdicts(df: pl.DataFrame, hbm_limit_bytes: float = 80e9) -> dict:
         "seed21_peak_hbm_mostly_below_80gb": out["seed21_hbm"]["share_below_80gb"] > 0.5,
     }
     return out
+
+
+def load_scenario(name_or_path: str) -> tuple[dict, str]:
+    """A sweep scenario: a bundled name (``replay/*.toml``, e.g. ``seed-study``) or a TOML path.
+
+    Returns the ``[scenario]`` table (plus ``[checks]``) and where it came from.
+    """
+    import importlib.resources
+    import tomllib
+    from pathlib import Path
+
+    from agentx.errors import InputError, UnknownNameError
+
+    p = Path(name_or_path)
+    if p.suffix == ".toml" or p.exists():
+        if not p.is_file():
+            raise InputError(p, "scenario file not found")
+        label, data = str(p), p.read_bytes()
+    else:
+        bundled = {
+            f.name[:-5]: f
+            for f in importlib.resources.files("agentx.scenarios").iterdir()
+            if f.name.endswith(".toml")
+        }
+        if name_or_path not in bundled:
+            raise UnknownNameError("scenario", name_or_path, bundled)
+        label, data = f"agentx.scenarios/{name_or_path}.toml", bundled[name_or_path].read_bytes()
+    try:
+        doc = tomllib.loads(data.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(label, f"expected TOML, got: {exc}") from None
+    sc = doc.get("scenario")
+    if not isinstance(sc, dict):
+        raise InputError(label, "expected a [scenario] table", field="scenario")
+    for key, kind in (("systems", list), ("gpus", list), ("model", str)):
+        if not isinstance(sc.get(key), kind) or not sc[key]:
+            raise InputError(
+                label,
+                f"expected {'a non-empty list' if kind is list else 'a name'}",
+                field=f"scenario.{key}",
+            )
+    if not all(isinstance(g, int) and g > 0 for g in sc["gpus"]):
+        raise InputError(
+            label, f"expected positive integers, got {sc['gpus']}", field="scenario.gpus"
+        )
+    return {**sc, "checks": doc.get("checks", {})}, label

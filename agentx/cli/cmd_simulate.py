@@ -1,0 +1,201 @@
+"""``agentx simulate``: time-driven replay of a trace through fill and decode pools."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import click
+import polars as pl
+
+from agentx.cli._common import catalog_option, emit_json, json_option, print_table, quiet_option
+from agentx.dynamics.admission import POLICIES
+from agentx.dynamics.engine import POOLS
+
+
+@click.command(
+    "simulate",
+    epilog="Example: agentx simulate w.parquet --hw gb200 --gpus 32 --policy pi --pools disaggregated -o runs/sim-gb200",
+)
+@click.argument("trace", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--hw", required=True, help="System name (agentx hw list), e.g. gb200, b200.")
+@click.option(
+    "--model",
+    "model_name",
+    default="kimi-k2",
+    show_default=True,
+    help="Model name (agentx models list).",
+)
+@click.option(
+    "--gpus",
+    type=int,
+    default=16,
+    show_default=True,
+    help="GPUs of the whole deployment (both pools).",
+)
+@click.option(
+    "--policy",
+    type=click.Choice(POLICIES),
+    default="greedy",
+    show_default=True,
+    help="Admission control (docs/dynamics.md).",
+)
+@click.option("--pools", type=click.Choice(POOLS), default="disaggregated", show_default=True)
+@click.option("--fill-gpus", type=int, help="Disaggregated: GPUs of the fill pool (default half).")
+@click.option(
+    "--max-batch", type=int, default=256, show_default=True, help="Most sequences per decode step."
+)
+@click.option(
+    "--chunk-tokens",
+    type=int,
+    default=4096,
+    show_default=True,
+    help="Aggregated: fill tokens carried by each decode step.",
+)
+@click.option(
+    "--tpot-target-s",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Smoothed policies: per-minute decode batch cap so a step stays under this (0 = off).",
+)
+@click.option(
+    "--max-wait-s",
+    type=float,
+    default=math.inf,
+    help="Drop calls that wait longer than this for admission (default: never).",
+)
+@click.option(
+    "--sample-s", type=float, default=1.0, show_default=True, help="Interval of sim_timeseries."
+)
+@click.option(
+    "--horizon-s",
+    type=float,
+    default=math.inf,
+    help="Stop the clock here; calls still inside are reported as unfinished.",
+)
+@catalog_option
+@click.option(
+    "-o",
+    "--output",
+    "run_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write the run directory here (sim_calls, sim_timeseries).",
+)
+@json_option
+@quiet_option
+def command(
+    trace,
+    hw,
+    model_name,
+    gpus,
+    policy,
+    pools,
+    fill_gpus,
+    max_batch,
+    chunk_tokens,
+    tpot_target_s,
+    max_wait_s,
+    sample_s,
+    horizon_s,
+    catalog_files,
+    run_dir,
+    as_json,
+    quiet,
+) -> None:
+    """Replay TRACE in time: arrivals, admission, fill, KV transfer, decode batch, think gaps.
+
+    A session's next call starts only after its previous call finished plus its think time;
+    decode stop times are discovered when reached. Writes sim_calls (one row per call) and
+    sim_timeseries (one row per interval) and prints latency, throughput and the checks.
+    """
+    from agentx.catalog import load_catalog
+    from agentx.dynamics.admission import AdmissionPolicy
+    from agentx.dynamics.disagg import run_layout
+    from agentx.dynamics.engine import SimConfig
+    from agentx.errors import UsageError
+    from agentx.runs import write_run
+    from agentx.traces.io import read_trace
+
+    for name, v in (("--gpus", gpus), ("--max-batch", max_batch), ("--chunk-tokens", chunk_tokens)):
+        if v < 1:
+            raise UsageError(f"{name} must be a positive integer, got {v}")
+    for name, v in (
+        ("--sample-s", sample_s),
+        ("--max-wait-s", max_wait_s),
+        ("--horizon-s", horizon_s),
+    ):
+        if not v > 0:
+            raise UsageError(f"{name} must be positive, got {v}")
+    tr = read_trace(trace)
+    cat = load_catalog(catalog_files)
+    pol = AdmissionPolicy(policy, tpot_target_s=tpot_target_s)
+    cfg = SimConfig(
+        pools=pools,
+        max_batch=max_batch,
+        chunk_tokens=chunk_tokens,
+        max_wait_s=max_wait_s,
+        sample_s=sample_s,
+        horizon_s=horizon_s,
+    )
+    res = run_layout(tr.calls, cat, hw, model_name, gpus, pools, pol, cfg, fill_gpus)
+    s = res.summary
+    s["output_tokens_per_s_per_gpu"] = s["output_tokens"] / max(s["span_s"], 1e-9) / gpus
+    write_run(
+        run_dir,
+        "simulate",
+        {"sim_calls": res.calls, "sim_timeseries": res.timeseries},
+        summary=s,
+        inputs={"trace": trace},
+        config={
+            "hw": hw,
+            "model": model_name,
+            "gpus": gpus,
+            "fill_gpus": s["fill_gpus"],
+            **s["config"],
+            "policy": s["policy_params"],
+        },
+        catalog_version=cat.version,
+    )
+    if as_json:
+        emit_json(s)
+    else:
+        _print(s)
+    if not quiet:
+        click.echo(f"wrote {run_dir}", err=True)
+
+
+def _print(s: dict) -> None:
+    rows = [
+        (
+            "calls done / dropped / not arrived",
+            f"{s['done']:,} / {s['dropped']:,} / {s['not_arrived']:,}",
+        ),
+        ("drop reasons", ", ".join(f"{k} {v}" for k, v in s["drop_reasons"].items()) or "none"),
+        (
+            "pools (fill + decode GPUs)",
+            f"{s['pools']} ({s['fill_gpus']} + {s['decode_gpus']}), KV link {s['kv_link']}",
+        ),
+        ("TTFT p50 / p99 s", f"{s['ttft_s_p50']:.3g} / {s['ttft_s_p99']:.3g}"),
+        (
+            "TPOT p50 / p99 s",
+            f"{s['tpot_s_p50']:.3g} / {s['tpot_s_p99']:.3g}"
+            if s["tpot_s_p50"] is not None
+            else "-",
+        ),
+        ("output tokens/s per GPU", f"{s['output_tokens_per_s_per_gpu']:.4g}"),
+        ("energy per output token J", f"{s['energy_per_output_token_j']:.4g}"),
+        ("mean utilisation / power W", f"{s['mean_utilisation']:.3f} / {s['mean_power_w']:,.0f}"),
+        (
+            "KV moved GB / link busy s",
+            f"{s['kv_moved_bytes'] / 1e9:,.1f} / {s['kv_transfer_s']:.4g}",
+        ),
+        ("preemptions", f"{s['preemptions']:,}"),
+        (
+            "Little's law L sampled / λW",
+            f"{s['littles_law']['mean_in_system_sampled']:.4g} / {s['littles_law']['lambda_w']:.4g}",
+        ),
+        ("backlog oscillation amplitude (calls)", f"{s['oscillation_backlog']['amplitude']:.3g}"),
+    ]
+    print_table(pl.DataFrame(rows, schema=["metric", "value"], orient="row"))
