@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from agentx.traces.io import Trace
-from agentx.traces.synth import SynthParams
+from agentx.traces.synth import PREFIX_BREAK_MAX_KEEP, SynthParams
 
 # Quantities compared by fit_report, in display order (units are in the names).
 REPORTED = (
@@ -27,10 +27,15 @@ REPORTED = (
     "input_tokens",
 )
 _MAIN = pl.col("agent_id").is_null()
+# A fresh session's first prompt is the shared prefix plus a short request (W603: 323 of 603).
+_BREAK = pl.col("reused_prefix_tokens") < PREFIX_BREAK_MAX_KEEP * pl.col("_prev_input")
+_FRESH = pl.col("input_tokens") < 2 * pl.col("shared_prefix_tokens")
 
 
 def _frame(t: Trace | pl.DataFrame) -> pl.DataFrame:
-    return t.calls if isinstance(t, Trace) else t
+    """The columns the fit reads: block hash lists are most of a real trace's bytes."""
+    df = t.calls if isinstance(t, Trace) else t
+    return df.select(pl.exclude("block_hashes", "block_size_tokens"))
 
 
 def _with_context(df: pl.DataFrame) -> pl.DataFrame:
@@ -49,6 +54,14 @@ def samples(t: Trace | pl.DataFrame) -> dict[str, np.ndarray]:
     main = df.filter(_MAIN)
     later = main.filter((pl.col("_k") > 0) & ~pl.col("is_compaction"))
     comp = main.filter(pl.col("is_compaction"))
+    grown = later.filter(~_BREAK).with_columns(
+        _growth=pl.col("input_tokens") - pl.col("_prev_input")
+    )
+    firsts = main.filter(pl.col("_k") == 0)
+    per_session = main.group_by("session_id", maintain_order=True).agg(
+        len=pl.len(), fresh=_FRESH.first()
+    )
+    fresh = firsts.filter(_FRESH)
     subs = (
         df.filter(~_MAIN)
         .group_by("session_id", "agent_id")
@@ -61,11 +74,16 @@ def samples(t: Trace | pl.DataFrame) -> dict[str, np.ndarray]:
     timed = main.filter((pl.col("_k") > 0) & pl.col("think_time_s").is_not_null())
     as_np = lambda s: s.cast(pl.Float64).to_numpy()  # noqa: E731
     return {
-        "calls_per_session": as_np(main.group_by("session_id").len()["len"]),
-        "first_input_tokens": as_np(main.filter(pl.col("_k") == 0)["input_tokens"]),
+        "calls_per_session": as_np(per_session["len"]),
+        "fresh_calls_per_session": as_np(per_session.filter("fresh")["len"]),
+        "resumed_calls_per_session": as_np(per_session.filter(~pl.col("fresh"))["len"]),
+        "first_input_tokens": as_np(firsts["input_tokens"]),
+        "fresh_first_extra_tokens": as_np(fresh["input_tokens"] - fresh["shared_prefix_tokens"]),
+        "resumed_first_input_tokens": as_np(firsts.filter(~_FRESH)["input_tokens"]),
         "appended_tokens": as_np(later["new_tokens"]),
-        "user_appended_tokens": as_np(later.filter(pl.col("trigger") == "user")["new_tokens"]),
-        "tool_appended_tokens": as_np(later.filter(pl.col("trigger") != "user")["new_tokens"]),
+        # The generator's appended draw is context growth; fit it where the prefix held.
+        "user_appended_tokens": as_np(grown.filter(pl.col("trigger") == "user")["_growth"]),
+        "tool_appended_tokens": as_np(grown.filter(pl.col("trigger") != "user")["_growth"]),
         "output_tokens": as_np(df["output_tokens"]),
         "think_time_s": as_np(timed["think_time_s"]),
         "user_think_time_s": as_np(timed.filter(pl.col("trigger") == "user")["think_time_s"]),
@@ -95,8 +113,10 @@ def fit_params(real: Trace | pl.DataFrame, base: SynthParams | None = None) -> S
     s = samples(df)
     fit: dict[str, object] = {}
     for name in (
-        "calls_per_session",
-        "first_input_tokens",
+        "fresh_calls_per_session",
+        "resumed_calls_per_session",
+        "fresh_first_extra_tokens",
+        "resumed_first_input_tokens",
         "tool_appended_tokens",
         "user_appended_tokens",
         "output_tokens",
@@ -116,6 +136,7 @@ def fit_params(real: Trace | pl.DataFrame, base: SynthParams | None = None) -> S
     if s["subagent_shared_prefix_tokens"].size:
         fit["subagent_shared_prefix_tokens"] = int(np.median(s["subagent_shared_prefix_tokens"]))
     n_sessions = df["session_id"].n_unique()
+    fit["resumed_session_share"] = s["resumed_first_input_tokens"].size / max(n_sessions, 1)
     sub_sessions = df.filter(~_MAIN)["session_id"].n_unique()
     fit["subagent_session_share"] = sub_sessions / max(n_sessions, 1)
     if sub_sessions:
@@ -123,6 +144,7 @@ def fit_params(real: Trace | pl.DataFrame, base: SynthParams | None = None) -> S
     later = _with_context(main).filter((pl.col("_k") > 0) & ~pl.col("is_compaction"))
     if later.height:
         fit["user_turn_share"] = float((later["trigger"] == "user").mean())
+        fit["prefix_break_share"] = float(later.select(_BREAK.mean()).item())
     fit["context_limit_tokens"] = max(base.context_limit_tokens, int(df["input_tokens"].max() or 0))
     fit.update(_fit_compaction(main, s["pre_compaction_tokens"], fit["context_limit_tokens"]))
     starts = main.group_by("session_id").agg(pl.col("t_start_s").min())["t_start_s"]
@@ -146,19 +168,26 @@ def fit_params(real: Trace | pl.DataFrame, base: SynthParams | None = None) -> S
 
 def _fit_compaction(main: pl.DataFrame, pre: np.ndarray, limit: int) -> dict[str, object]:
     """Compactions well below the hard limit come from an early limit (Claude Code compacts near
-    80 % of a 200k window); its share is taken among sessions whose context ever got that far."""
+    80 % of a 200k window); its share is taken among fresh sessions (W603: 97 of the 108
+    compacting sessions are fresh ones)."""
     pre = pre[np.isfinite(pre)]
     if pre.size == 0:
         return {"early_limit_share": 0.0}
-    early = int(
-        min(np.percentile(pre[pre <= 2 * np.median(pre)], 90), limit)
-    )  # the main cluster's top
-    per = main.group_by("session_id").agg(
-        top=pl.col("input_tokens").max(), comp=pl.col("is_compaction").any()
+    early = int(min(np.percentile(pre[pre <= 2 * np.median(pre)], 90), limit))  # main cluster's top
+    per = (
+        main.group_by("session_id")
+        .agg(
+            top=pl.col("input_tokens").max(),
+            comp=pl.col("is_compaction").any(),
+            fresh=_FRESH.first(),
+        )
+        .filter(pl.col("fresh"))
     )
-    reached = per.filter((pl.col("top") >= 0.9 * early) | pl.col("comp")).height
+    # Fresh sessions that compacted near the early limit vs those whose context went well past
+    # it; sessions that ended short of it say nothing about their window.
     capped = per.filter(pl.col("comp") & (pl.col("top") <= 1.25 * early)).height
-    return {"early_limit_tokens": early, "early_limit_share": min(capped / max(reached, 1), 1.0)}
+    beyond = per.filter(pl.col("top") > 1.25 * early).height
+    return {"early_limit_tokens": early, "early_limit_share": capped / max(capped + beyond, 1)}
 
 
 def ks_distance(a: np.ndarray, b: np.ndarray) -> float | None:
@@ -208,6 +237,9 @@ def share_report(real: Trace | pl.DataFrame, synth: Trace | pl.DataFrame) -> pl.
             "subagent_session_share": df.filter(~_MAIN)["session_id"].n_unique()
             / max(df["session_id"].n_unique(), 1),
             "user_turn_share": float((later["trigger"] == "user").mean() or 0.0)
+            if later.height
+            else 0.0,
+            "prefix_break_share": float(later.select(_BREAK.mean()).item() or 0.0)
             if later.height
             else 0.0,
             "compactions_per_1k_calls": 1000 * float(df["is_compaction"].sum()) / max(df.height, 1),

@@ -27,17 +27,27 @@ from agentx.traces import schema as S
 from agentx.traces.io import Trace, trace_metadata
 
 TRIGGERS = ("user", "tool_result", "subagent", "compaction")
-Z90 = 1.2815515655446004  # standard normal 90th percentile: p90 = p50 · exp(Z90 · sigma)
+Z90 = 1.2815515655446004
+PREFIX_BREAK_MAX_KEEP = 0.9  # W§2 counts a break when < 90 % of the previous blocks are reused  # standard normal 90th percentile: p90 = p50 · exp(Z90 · sigma)
 
 
 @dataclass(frozen=True)
 class SynthParams:
     """Every knob of the generator; log-normal quantities are given by their p50 and p90."""
 
-    calls_per_session_p50: float = 47  # main-agent calls, W§2 47 / 156
-    calls_per_session_p90: float = 156
-    first_input_tokens_p50: float = 24_775  # W§2 first-call input 24,775 / 261,387
-    first_input_tokens_p90: float = 261_387
+    # Main-agent calls per session (W§2 47 / 156 for all): W603 fresh 67 / 173, resumed 27.5 / 121.
+    fresh_calls_per_session_p50: float = 67
+    fresh_calls_per_session_p90: float = 173
+    resumed_calls_per_session_p50: float = 27.5
+    resumed_calls_per_session_p90: float = 121
+    # First prompts are bimodal (W§2 p50 24,775 / p90 261,387): fresh sessions start near the
+    # shared prefix, resumed ones carry a long earlier context. W603: 280 of 603 start at
+    # ≥ 2 × prefix; fresh first prompt minus prefix 3,680 / 6,678; resumed 109,698 / 410,064.
+    resumed_session_share: float = 0.464
+    fresh_first_extra_tokens_p50: float = 3_680
+    fresh_first_extra_tokens_p90: float = 6_678
+    resumed_first_input_tokens_p50: float = 109_698
+    resumed_first_input_tokens_p90: float = 410_064
     tool_appended_tokens_p50: float = 733  # W§2 appended per call 733 / 4,868
     tool_appended_tokens_p90: float = 4_868
     user_appended_tokens_p50: float = 733  # W§2 gives no split by trigger; --like fits one
@@ -52,11 +62,12 @@ class SynthParams:
     api_time_s_p90: float = 18
     user_turn_share: float = 0.147  # W603 6,058 of 41,306 later main calls carry user text
     shared_prefix_tokens: int = 14_825  # W§2 tool + system tokens p50
+    prefix_break_share: float = 0.0143  # W§2 607 prefix breaks without a size drop in 42,535 calls
     summary_tokens_p50: float = 18_900  # W603 post-compaction prompt minus prefix 18.9k / 54k
     summary_tokens_p90: float = 54_000
     context_limit_tokens: int = 1_000_000  # SEED-6
     early_limit_tokens: int = 165_000  # W603 pre-compaction prompt p50 151k / p90 165k
-    early_limit_share: float = 0.0  # share of sessions compacting at early_limit_tokens
+    early_limit_share: float = 0.0  # share of fresh sessions compacting at early_limit_tokens
     subagent_session_share: float = 0.027  # W§2 16 of 603 sessions
     subagents_per_session_mean: float = 3.7  # W§2 59 sub-agents in 16 sessions
     subagent_calls_p50: float = 11  # W603 calls per sub-agent 11 / 17 (mean 10.6 = 626 / 59)
@@ -81,7 +92,13 @@ class SynthParams:
                 raise UsageError(f"synth parameter {f.name} must be a finite number ≥ 0, got {v!r}")
             if f.name.endswith("_p90") and v < getattr(self, f.name[:-3] + "p50"):
                 raise UsageError(f"synth parameter {f.name} must be ≥ its p50, got {v!r}")
-        for name in ("user_turn_share", "early_limit_share", "subagent_session_share"):
+        for name in (
+            "prefix_break_share",
+            "user_turn_share",
+            "early_limit_share",
+            "subagent_session_share",
+            "resumed_session_share",
+        ):
             if getattr(self, name) > 1:
                 raise UsageError(
                     f"synth parameter {name} must be a share in [0, 1], got {getattr(self, name)!r}"
@@ -127,9 +144,11 @@ def _tokens(x: np.ndarray, lo: int = 1) -> np.ndarray:
 
 @numba.njit(cache=True, nogil=True)
 def _grow_context(
-    first, first_input, appended, summary, base, limit, input_out, reused_out, comp_out
+    first, first_input, appended, summary, keep, base, limit, input_out, reused_out, comp_out
 ):  # pragma: no cover (compiled)
     # Sequential by nature: whether call k compacts depends on the context left by call k-1.
+    # keep < 1 is a prefix break: the context grows as usual but only that share of it (and
+    # at least the shared prefix) is still a cached prefix.
     c = 0
     for i in range(first.size):
         if first[i]:
@@ -140,7 +159,7 @@ def _grow_context(
             c = base[i] + summary[i]
             comp_out[i] = True
         else:
-            reused_out[i] = c
+            reused_out[i] = c if keep[i] >= 1.0 else min(c, max(base[i], int(c * keep[i])))
             c += appended[i]
         input_out[i] = c
 
@@ -155,21 +174,32 @@ def _segmented_cumsum(
 
 def _session_lengths(
     rng: np.random.Generator, p: SynthParams, n_sessions: int | None, n_calls: int | None
-) -> np.ndarray:
-    draw = lambda k: _tokens(_lognormal(rng, p.calls_per_session_p50, p.calls_per_session_p90, k))  # noqa: E731
+) -> tuple[np.ndarray, np.ndarray]:
+    """Main-agent calls and the resumed flag per session, for n_sessions or ≥ n_calls calls."""
+
+    def draw(k: int) -> tuple[np.ndarray, np.ndarray]:
+        resumed = rng.random(k) < p.resumed_session_share
+        fresh_len = _lognormal(rng, p.fresh_calls_per_session_p50, p.fresh_calls_per_session_p90, k)
+        resumed_len = _lognormal(
+            rng, p.resumed_calls_per_session_p50, p.resumed_calls_per_session_p90, k
+        )
+        return _tokens(np.where(resumed, resumed_len, fresh_len)), resumed
+
     if n_sessions is not None:
         return draw(n_sessions)
-    chunks: list[np.ndarray] = []
+    chunks: list[tuple[np.ndarray, np.ndarray]] = []
     total = 0
-    sigma = (
-        np.log(max(p.calls_per_session_p90, 1)) - np.log(max(p.calls_per_session_p50, 1))
-    ) / Z90
-    mean = max(p.calls_per_session_p50 * np.exp(sigma**2 / 2), 1.0)
-    while total < n_calls:  # few passes: each chunk expects ~1.3× the calls still missing
-        chunks.append(draw(int(1.3 * (n_calls - total) / mean) + 16))
-        total += int(chunks[-1].sum())
-    lengths = np.concatenate(chunks)
-    return lengths[: int(np.searchsorted(np.cumsum(lengths), n_calls)) + 1]
+    while total < n_calls:  # few passes: each chunk is sized from the calls still missing
+        k = (
+            16
+            if not chunks
+            else int(1.3 * (n_calls - total) * len(chunks[0][0]) / max(total, 1)) + 16
+        )
+        chunks.append(draw(min(k, n_calls)))
+        total += int(chunks[-1][0].sum())
+    lengths, resumed = (np.concatenate(c) for c in zip(*chunks, strict=True))
+    n = int(np.searchsorted(np.cumsum(lengths), n_calls)) + 1
+    return lengths[:n], resumed[:n]
 
 
 def synthesize(
@@ -207,7 +237,7 @@ def synthesize(
         for k, s in zip(("len", "sub", "row", "time", "first"), streams, strict=True)
     }
 
-    main_len = _session_lengths(r["len"], p, n_sessions, n_calls)
+    main_len, resumed = _session_lengths(r["len"], p, n_sessions, n_calls)
     n = main_len.size
     # Sub-agents: which sessions, how many, where in the parent they start, how many calls.
     has_sub = r["sub"].random(n) < p.subagent_session_share
@@ -233,19 +263,34 @@ def synthesize(
     st_base = np.where(is_sub_st, p.subagent_shared_prefix_tokens, p.shared_prefix_tokens).astype(
         np.int64
     )
-    early = r["sub"].random(n) < p.early_limit_share
+    # Resumed sessions already hold more than a short window allows, so only fresh ones may
+    # run on the early (short-window) limit.
+    early = ~resumed & (r["sub"].random(n) < p.early_limit_share)
     st_limit = np.where(
         early, min(p.early_limit_tokens, p.context_limit_tokens), p.context_limit_tokens
     )[st_session].astype(np.int64)
-    first_in = np.where(
-        is_sub_st,
-        _lognormal_below(
-            r["first"],
-            p.subagent_first_input_tokens_p50,
-            p.subagent_first_input_tokens_p90,
-            st_limit,
+    st_resumed = resumed[st_session] & ~is_sub_st
+    room = (st_limit - st_base).astype(np.float64)
+    first_in = np.select(
+        [is_sub_st, st_resumed],
+        [
+            _lognormal_below(
+                r["first"],
+                p.subagent_first_input_tokens_p50,
+                p.subagent_first_input_tokens_p90,
+                st_limit,
+            ),
+            _lognormal_below(
+                r["first"],
+                p.resumed_first_input_tokens_p50,
+                p.resumed_first_input_tokens_p90,
+                st_limit,
+            ),
+        ],
+        st_base
+        + _lognormal_below(
+            r["first"], p.fresh_first_extra_tokens_p50, p.fresh_first_extra_tokens_p90, room
         ),
-        _lognormal_below(r["first"], p.first_input_tokens_p50, p.first_input_tokens_p90, st_limit),
     )
     st_first_in = np.minimum(np.maximum(_tokens(first_in), st_base + 1), st_limit)
 
@@ -265,14 +310,28 @@ def synthesize(
     )
     output = _tokens(_lognormal(r["row"], p.output_tokens_p50, p.output_tokens_p90, N))
     base, limit = st_base[row_st], st_limit[row_st]
+    # Summary and one append each fit in half the room above the prefix, so the call after a
+    # compaction never has to compact again (binding only for small limits).
+    half_room = np.maximum((limit - base) // 2, 1)
     summary = np.minimum(
-        _tokens(_lognormal(r["row"], p.summary_tokens_p50, p.summary_tokens_p90, N)),
-        np.maximum((limit - base) // 2, 1),
+        _tokens(_lognormal(r["row"], p.summary_tokens_p50, p.summary_tokens_p90, N)), half_room
     )
+    appended = np.minimum(appended, np.maximum(half_room - 1, 1))
+    broken = r["row"].random(N) < p.prefix_break_share
+    keep = np.where(broken, PREFIX_BREAK_MAX_KEEP * r["row"].random(N), 1.0)
     input_tokens, reused = np.empty(N, np.int64), np.empty(N, np.int64)
     compaction = np.zeros(N, np.bool_)
     _grow_context(
-        first, st_first_in[row_st], appended, summary, base, limit, input_tokens, reused, compaction
+        first,
+        st_first_in[row_st],
+        appended,
+        summary,
+        keep,
+        base,
+        limit,
+        input_tokens,
+        reused,
+        compaction,
     )
 
     # Times: t_k = t_k-1 + api_k-1 + think_k inside a stream; a parent waits for its sub-agents.
