@@ -15,9 +15,17 @@ import polars as pl
 
 from agentx.catalog.types import ServingConfig
 from agentx.errors import InputError
+from agentx.replay.config import layout
 from agentx.replay.energy import coefficients
 from agentx.replay.footprint import check_fits, describe, footprint_per_gpu
-from agentx.replay.stages import CALL_KEYS, KEYS, STAGES, stage_arrays
+from agentx.replay.stages import (
+    KEYS,
+    STAGES,
+    StageCost,
+    decode_attention_calls,
+    decode_experts_step,
+    fill_cost,
+)
 
 TRACE_COLUMNS = (
     "session_id",
@@ -29,6 +37,7 @@ TRACE_COLUMNS = (
     "new_tokens",
     "output_tokens",
 )
+CALL_KEYS = ("time_s", "energy_j", "flops", "hbm_bytes", "comm_bytes")
 STAGE_SUMS = KEYS
 ENERGY_MODEL = (
     "E = P_static*gpus*t + e_flop(precision)*FLOPs + e_hbm*HBM bytes + e_link*link bytes; "
@@ -54,6 +63,78 @@ def _kv_frame(kv, n: int):
             "<kv tiers>", f"expected {n} per-call rows (one per trace call), got {height}"
         )
     return per_call
+
+
+def _col(calls, name: str, default=None):
+    if hasattr(calls, "columns"):
+        if name not in calls.columns:
+            return default
+        return calls.get_column(name).to_numpy().astype(np.float64, copy=False)
+    if name not in calls:
+        return default
+    return np.asarray(calls[name], dtype=np.float64)
+
+
+def stage_arrays(cfg: ServingConfig, calls, kv=None):
+    """Per-call costs of each stage (stage → StageCost) and the latency columns.
+
+    Fills are packed into forward passes of ``prefill_chunk_tokens`` tokens with other fills,
+    as a loaded fill pool runs them, so a call bears new/chunk of each pass's weight load;
+    decode shares each step among ``decode_batch`` sequences. ``kv`` (per-call arrays from
+    agentx.kv, optional): kv_recompute_tokens move from the reused prefix to the filled tokens
+    (a call whose whole prefix is lost becomes a prefill); kv_transfer_time_s and
+    kv_transfer_energy_j (reloads from DRAM/SSD) are added to the call's fill.
+    """
+    n = _col(calls, "new_tokens")
+    p = _col(calls, "reused_prefix_tokens")
+    out = _col(calls, "output_tokens")
+    rec = _col(kv, "kv_recompute_tokens") if kv is not None else None
+    if rec is not None:
+        rec = np.minimum(rec, p)
+        n, p = n + rec, p - rec
+    fill = fill_cost(cfg, n, p, batch_tokens=cfg.prefill_chunk_tokens)
+    alone_s = fill_cost(cfg, n, p)["time_s"]
+    if kv is not None:
+        xt = _col(kv, "kv_transfer_time_s", 0.0)
+        fill["time_s"] = fill["time_s"] + xt
+        fill["energy_j"] = fill["energy_j"] + _col(kv, "kv_transfer_energy_j", 0.0)
+        alone_s = alone_s + xt
+    is_pre = (p <= 0).astype(np.float64)
+    pre = StageCost({k: v * is_pre for k, v in fill.items()})
+    mid = StageCost({k: v - pre[k] for k, v in fill.items()})
+    ctx = n + p
+    att = decode_attention_calls(cfg, out, ctx)
+    b = float(cfg.decode_batch)
+    step_exp = decode_experts_step(cfg, b)
+    exp = StageCost({k: out * (float(v) / b) for k, v in step_exp.items()})
+    # Decode latency if the batch were b sequences at this call's mean context.
+    mid_ctx = ctx + np.maximum(out - 1.0, 0.0) * 0.5
+    step_att_s = decode_attention_calls(cfg, 1.0, mid_ctx, b)["time_s"] * b
+    lat = {
+        "ttft_s": alone_s * layout(cfg).att_replicas,
+        "decode_latency_s": out * (step_att_s + float(step_exp["time_s"])),
+    }
+    return {"prefill": pre, "midfill": mid, "decode_attention": att, "decode_experts": exp}, lat
+
+
+def _columns(stages: dict, lat: dict, height: int) -> dict[str, np.ndarray]:
+    cols: dict[str, np.ndarray] = {}
+    for st in STAGES:
+        for k in CALL_KEYS:
+            cols[f"{st}_{k}"] = np.broadcast_to(
+                np.asarray(stages[st][k], dtype=np.float64), (height,)
+            )
+    for k, v in lat.items():
+        cols[k] = np.broadcast_to(np.asarray(v, dtype=np.float64), (height,))
+    cols["total_energy_j"] = sum(cols[f"{st}_energy_j"] for st in STAGES)
+    return cols
+
+
+def call_frame(cfg: ServingConfig, calls, kv=None) -> pl.DataFrame:
+    """The per-stage and latency columns of ``calls`` (see ``agentx.replay.stages.call_costs``)."""
+    stages, lat = stage_arrays(cfg, calls, kv)
+    height = np.size(_col(calls, "new_tokens"))
+    return pl.DataFrame(_columns(stages, lat, height))
 
 
 def resident_context(calls: pl.DataFrame, busy_s: np.ndarray, batch: int) -> tuple[float, float]:
@@ -91,14 +172,7 @@ def replay_trace(trace, cfg: ServingConfig, kv=None) -> ReplayResult:
     df = trace.calls if hasattr(trace, "calls") else trace
     kv_calls = _kv_frame(kv, df.height)
     stages, lat = stage_arrays(cfg, df, kv_calls)
-    cols: dict[str, np.ndarray] = {}
-    for st in STAGES:
-        for k in CALL_KEYS:
-            cols[f"{st}_{k}"] = np.asarray(
-                np.broadcast_to(stages[st][k], (df.height,)), dtype=np.float64
-            )
-    cols.update(lat)
-    cols["total_energy_j"] = sum(cols[f"{st}_energy_j"] for st in STAGES)
+    cols = _columns(stages, lat, df.height)
     calls = pl.concat(
         [df.select([c for c in TRACE_COLUMNS if c in df.columns]), pl.DataFrame(cols)],
         how="horizontal",

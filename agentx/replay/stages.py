@@ -265,71 +265,9 @@ def decode_experts_step(cfg: ServingConfig, batch_size) -> StageCost:
     return _finish(cfg, lay, (e.compute, e.memory), *work)
 
 
-CALL_KEYS = ("time_s", "energy_j", "flops", "hbm_bytes", "comm_bytes")
-
-
-def _col(calls, name: str, default=None):
-    if hasattr(calls, "columns"):
-        if name not in calls.columns:
-            return default
-        return calls.get_column(name).to_numpy().astype(np.float64, copy=False)
-    if name not in calls:
-        return default
-    return np.asarray(calls[name], dtype=np.float64)
-
-
-def stage_arrays(
-    cfg: ServingConfig, calls, kv=None
-) -> tuple[dict[str, StageCost], dict[str, np.ndarray]]:
-    """Per-call costs of each stage (dict stage → StageCost) and latency columns.
-
-    ``calls`` needs new_tokens, reused_prefix_tokens, output_tokens. ``kv`` (per-call arrays
-    from agentx.kv, optional): kv_recompute_tokens move from the reused prefix to the filled
-    tokens (a call whose whole prefix is lost becomes a prefill); kv_transfer_time_s and
-    kv_transfer_energy_j (reloads from DRAM/SSD) are added to the call's fill.
-    """
-    n = _col(calls, "new_tokens")
-    p = _col(calls, "reused_prefix_tokens")
-    out = _col(calls, "output_tokens")
-    lay = layout(cfg)
-    rec = _col(kv, "kv_recompute_tokens") if kv is not None else None
-    if rec is not None:
-        rec = np.minimum(rec, p)
-        n, p = n + rec, p - rec
-    fill = fill_cost(cfg, n, p)
-    if kv is not None:
-        xt = _col(kv, "kv_transfer_time_s", 0.0)
-        fill["time_s"] = fill["time_s"] + xt
-        fill["energy_j"] = fill["energy_j"] + _col(kv, "kv_transfer_energy_j", 0.0)
-    is_pre = (p <= 0).astype(np.float64)
-    pre = StageCost({k: v * is_pre for k, v in fill.items()})
-    mid = StageCost({k: v - pre[k] for k, v in fill.items()})
-    ctx = n + p
-    att = decode_attention_calls(cfg, out, ctx)
-    b = float(cfg.decode_batch)
-    step_exp = decode_experts_step(cfg, b)
-    exp = StageCost({k: out * (float(v) / b) for k, v in step_exp.items()})
-    # Latency of this call's decode if the batch were b sequences at its mean context.
-    mean_step_att = (
-        decode_attention_calls(cfg, 1.0, ctx + np.maximum(out - 1.0, 0.0) * 0.5, b)["time_s"] * b
-    )
-    lat = {
-        "ttft_s": fill["time_s"] * lay.att_replicas,
-        "decode_latency_s": out * (mean_step_att + float(step_exp["time_s"])),
-    }
-    return {"prefill": pre, "midfill": mid, "decode_attention": att, "decode_experts": exp}, lat
-
-
 def call_costs(cfg: ServingConfig, calls, kv=None):
     """Per-call frame: ``{stage}_{time_s,energy_j,flops,hbm_bytes,comm_bytes}`` for the four
     stages, then ttft_s, decode_latency_s and total_energy_j (docs/metrics.md)."""
-    import polars as pl
+    from agentx.replay.replay import call_frame  # per-call assembly lives with the replay
 
-    stages, lat = stage_arrays(cfg, calls, kv)
-    cols: dict[str, np.ndarray] = {}
-    for st in STAGES:
-        for k in CALL_KEYS:
-            cols[f"{st}_{k}"] = np.asarray(stages[st][k], dtype=np.float64)
-    cols.update(lat)
-    cols["total_energy_j"] = sum(cols[f"{st}_energy_j"] for st in STAGES)
-    return pl.DataFrame(cols)
+    return call_frame(cfg, calls, kv)

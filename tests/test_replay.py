@@ -1,0 +1,251 @@
+"""replay_trace and ``agentx replay``: tables, sums, footprint, KV hook, CLI errors, determinism."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from agentx.catalog import load_catalog
+from agentx.cli import cli
+from agentx.replay import make_config, replay_trace
+from agentx.replay.replay import TRACE_COLUMNS, resident_context
+from agentx.replay.stages import STAGES
+from agentx.traces.io import Trace, write_trace
+from agentx.traces.synth import synthesize
+
+CAT = load_catalog()
+CFG = make_config(CAT, "gb200", "kimi-k2", gpus=32)
+
+
+@pytest.fixture(scope="module")
+def trace() -> Trace:
+    return synthesize(30, seed=7)
+
+
+@pytest.fixture(scope="module")
+def trace_path(tmp_path_factory, trace):
+    p = tmp_path_factory.mktemp("replay") / "t.parquet"
+    write_trace(trace, p)
+    return p
+
+
+@pytest.fixture(scope="module")
+def result(trace):
+    return replay_trace(trace, CFG)
+
+
+def test_calls_table_layout_and_stage_sums(result, trace):
+    calls = result.calls
+    assert calls.height == trace.calls.height
+    assert calls.columns[: len(TRACE_COLUMNS)] == list(TRACE_COLUMNS)
+    for s in STAGES:
+        for k in ("time_s", "energy_j", "flops", "hbm_bytes", "comm_bytes"):
+            assert f"{s}_{k}" in calls.columns
+    assert calls.columns[-3:] == ["ttft_s", "decode_latency_s", "total_energy_j"]
+    stages = result.stages
+    assert stages["stage"].to_list() == list(STAGES)
+    for s in STAGES:
+        row = stages.filter(pl.col("stage") == s).row(0, named=True)
+        for k in ("time_s", "energy_j", "flops", "hbm_bytes", "comm_bytes"):
+            assert row[k] == pytest.approx(calls[f"{s}_{k}"].sum(), rel=1e-9)
+        assert row["hbm_bytes"] == pytest.approx(
+            row["weight_bytes"] + row["kv_read_bytes"] + row["kv_write_bytes"], rel=1e-12
+        )
+        assert row["arithmetic_intensity"] == pytest.approx(row["flops"] / row["hbm_bytes"])
+    assert stages["time_share"].sum() == pytest.approx(1.0)
+    assert stages["energy_share"].sum() == pytest.approx(1.0)
+    s = result.summary
+    assert s["total_energy_j"] == pytest.approx(calls["total_energy_j"].sum(), rel=1e-9)
+    assert s["j_per_output_token"] == pytest.approx(
+        s["total_energy_j"] / trace.calls["output_tokens"].sum()
+    )
+    assert set(s["stages"]) == set(STAGES)
+    assert {"time_s", "energy_j", "flops", "hbm_bytes"} <= set(s["stages"]["midfill"])
+    # fills with reuse are midfills; first calls are prefills
+    first = calls.filter(pl.col("reused_prefix_tokens") == 0)
+    assert (first["midfill_time_s"] == 0).all() and (
+        first.filter(pl.col("new_tokens") > 0)["prefill_time_s"] > 0
+    ).all()
+
+
+def test_footprint_peak_is_the_footprint_total(result):
+    fp = dict(zip(result.footprint["component"], result.footprint["bytes_per_gpu"], strict=True))
+    assert result.summary["hbm_peak_bytes_per_gpu"] == fp["total"]
+    assert fp["kv_resident"] > 0 and fp["weights_shard"] > 0
+    assert result.summary["kv_resident_sequences"] <= CFG.decode_batch
+
+
+def test_resident_context_follows_the_timeline():
+    calls = pl.DataFrame(
+        {
+            "t_start_s": [0.0, 10.0, 20.0],
+            "input_tokens": [1000, 5000, 3000],
+            "output_tokens": [0, 0, 0],
+        }
+    )
+    # apart in time: the peak is the largest single context
+    assert resident_context(calls, np.array([1.0, 1.0, 1.0]), 64) == (5000.0, 1.0)
+    # overlapping: all three are resident together
+    assert resident_context(calls, np.array([30.0, 30.0, 30.0]), 64) == (9000.0, 3.0)
+    # a batch of 2 holds two of three at their mean context (6,000) until the first call
+    # finishes at t=30; then the other two (8,000) are resident together
+    assert resident_context(calls, np.array([30.0, 30.0, 30.0]), 2) == (8000.0, 2.0)
+    assert resident_context(calls, np.array([30.0, 30.0, 5.0]), 2) == (6000.0, 2.0)
+
+
+@dataclass
+class FakeKv:
+    per_call: pl.DataFrame
+    summary: dict
+
+
+def test_kv_hook_recompute_and_transfer(trace, result):
+    n = trace.calls.height
+    prefix = trace.calls["reused_prefix_tokens"].to_numpy()
+    lost = pl.DataFrame(
+        {
+            "kv_recompute_tokens": prefix,
+            "kv_transfer_time_s": np.zeros(n),
+            "kv_transfer_energy_j": np.zeros(n),
+        }
+    )
+    r = replay_trace(trace, CFG, kv=FakeKv(lost, {"policy": "test"}))
+    assert r.summary["kv_tiers"] == {"policy": "test"}
+    assert r.calls["midfill_time_s"].sum() == 0  # every prefix recomputed: all fills are prefills
+    assert r.summary["stages"]["prefill"]["flops"] > result.summary["stages"]["prefill"]["flops"]
+    moved = pl.DataFrame(
+        {
+            "kv_recompute_tokens": np.zeros(n),
+            "kv_transfer_time_s": np.full(n, 0.01),
+            "kv_transfer_energy_j": np.full(n, 2.0),
+        }
+    )
+    r2 = replay_trace(trace, CFG, kv=FakeKv(moved, {}))
+    mid = (prefix > 0).sum()
+    assert r2.summary["stages"]["midfill"]["time_s"] == pytest.approx(
+        result.summary["stages"]["midfill"]["time_s"] + 0.01 * mid
+    )
+    assert r2.summary["stages"]["midfill"]["energy_j"] == pytest.approx(
+        result.summary["stages"]["midfill"]["energy_j"] + 2.0 * mid
+    )
+    with pytest.raises(Exception, match="expected 30 per-call rows|per-call rows"):
+        replay_trace(trace, CFG, kv=FakeKv(moved.head(3), {}))
+
+
+def test_cli_writes_run_and_is_byte_identical(trace_path, tmp_path):
+    runner = CliRunner()
+    outs = []
+    for name in ("a", "b"):
+        res = runner.invoke(
+            cli,
+            [
+                "replay",
+                str(trace_path),
+                "--hw",
+                "gb200",
+                "--gpus",
+                "32",
+                "-o",
+                str(tmp_path / name),
+                "-q",
+            ],
+        )
+        assert res.exit_code == 0, res.output
+        outs.append(tmp_path / name)
+    assert "decode_experts" in res.output and "HBM peak per GPU" in res.output
+    files = sorted(p.name for p in outs[0].iterdir())
+    assert files == [
+        "calls.parquet",
+        "footprint.parquet",
+        "run.json",
+        "stages.parquet",
+        "summary.json",
+    ]
+    for f in files:
+        assert (outs[0] / f).read_bytes() == (outs[1] / f).read_bytes(), f
+    summary = json.loads((outs[0] / "summary.json").read_text())
+    assert summary["hbm_peak_bytes_per_gpu"] > 0 and "j_per_output_token" in summary
+    assert set(summary["stages"]["decode_attention"]) >= {
+        "time_s",
+        "energy_j",
+        "flops",
+        "hbm_bytes",
+    }
+    manifest = json.loads((outs[0] / "run.json").read_text())
+    assert manifest["kind"] == "replay" and manifest["config"]["hw"] == "gb200"
+    assert pl.read_parquet(outs[0] / "calls.parquet").columns[0] == "session_id"
+
+
+def test_cli_json(trace_path):
+    res = CliRunner().invoke(
+        cli, ["replay", str(trace_path), "--hw", "b300", "--model", "deepseek-v3", "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    s = json.loads(res.output)
+    assert s["system"] == "b300" and s["model"] == "deepseek-v3" and s["gpus"] == 8
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--hw", "gb20"], 2, "Error: unknown hardware 'gb20'; did you mean 'gb200'?"),
+        (
+            ["--hw", "h200", "--model", "kimi-k3"],
+            2,
+            "Error: unknown model 'kimi-k3'; did you mean 'kimi-k2'?",
+        ),
+        (
+            ["--hw", "h200", "--model", "llama3.1-70b", "--tp", "3"],
+            2,
+            "Error: --tp 3 does not divide the 8 GPUs of a pipeline stage",
+        ),
+        (
+            ["--hw", "h100", "--model", "deepseek-v3", "--gpus", "8"],
+            1,
+            "Error: deepseek-v3 weights need 98.9 GB per GPU on 8 × h100 (tp 1, ep 8, dp-attention, fp8); "
+            "with 4.3 GB of activations and workspace, 80.0 GB of HBM is short by 23.2 GB",
+        ),
+    ],
+)
+def test_cli_errors(trace_path, args, code, message):
+    res = CliRunner().invoke(cli, ["replay", str(trace_path), *args])
+    assert res.exit_code == code
+    assert res.output.strip().splitlines()[-1] == message
+
+
+def test_cli_rejects_a_non_trace_file(tmp_path):
+    plain = tmp_path / "plain.parquet"
+    pl.DataFrame({"a": [1]}).write_parquet(plain)
+    res = CliRunner().invoke(cli, ["replay", str(plain), "--hw", "h200"])
+    assert res.exit_code == 1
+    assert (
+        res.output.strip()
+        == f"Error: {plain}: not an agentx trace (no 'agentx.schema_version' metadata); convert it with 'agentx import'"
+    )
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    res = CliRunner().invoke(cli, ["replay", str(text), "--hw", "h200"])
+    assert res.exit_code == 1 and res.output.startswith(
+        f"Error: {text}: not a readable Parquet file"
+    )
+
+
+def test_cli_refuses_to_write_over_its_input(trace_path):
+    res = CliRunner().invoke(
+        cli, ["replay", str(trace_path), "--hw", "h200", "-o", str(trace_path)]
+    )
+    assert res.exit_code == 2 and res.output.strip().endswith(
+        f"Directory '{trace_path}' is a file."
+    )
+    assert trace_path.stat().st_size > 0
+
+
+def test_help_ends_with_example():
+    res = CliRunner().invoke(cli, ["replay", "--help"])
+    assert res.exit_code == 0
+    assert res.output.strip().split("\n\n")[-1].strip().startswith("Example: agentx replay")

@@ -1,0 +1,197 @@
+"""Closed forms of the four stages: invariants (Hypothesis), routing, energy calibration."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentx.catalog import load_catalog
+from agentx.replay import make_config
+from agentx.replay.energy import coefficients, power_w
+from agentx.replay.stages import (
+    STAGES,
+    call_costs,
+    decode_attention_calls,
+    decode_attention_step,
+    decode_experts_step,
+    distinct_experts,
+    fill_cost,
+    pair_layers,
+)
+
+CAT = load_catalog()
+CFGS = {
+    "kimi-gb200": make_config(CAT, "gb200", "kimi-k2", gpus=32),
+    "dsv3-h200-tp8": make_config(
+        CAT, "h200", "deepseek-v3", gpus=8, tp=8, ep=8, dp_attention=False
+    ),
+    "gptoss-b200": make_config(CAT, "b200", "gpt-oss-120b", gpus=8),  # sliding-window layers
+    "maverick-b300": make_config(CAT, "b300", "llama4-maverick", gpus=8),  # chunked layers
+    "llama70b-mi355x": make_config(CAT, "mi355x", "llama3.1-70b", gpus=8, weight_precision="bf16"),
+}
+cfg_names = st.sampled_from(sorted(CFGS))
+tokens = st.integers(0, 400_000)
+SETTINGS = settings(max_examples=60, deadline=None)
+
+
+def _calls(n, p, m):
+    return {
+        "new_tokens": np.asarray(n, float),
+        "reused_prefix_tokens": np.asarray(p, float),
+        "output_tokens": np.asarray(m, float),
+    }
+
+
+@SETTINGS
+@given(
+    cfg_names, st.lists(st.tuples(tokens, tokens, st.integers(0, 20_000)), min_size=1, max_size=20)
+)
+def test_costs_non_negative_and_stage_split_sums_to_total(name, rows):
+    n, p, m = (np.array(c, float) for c in zip(*rows, strict=True))
+    df = call_costs(CFGS[name], _calls(n, p, m))
+    assert df.height == len(rows)
+    for c in df.columns:
+        assert (df[c] >= 0).all(), c
+        assert df[c].is_finite().all(), c
+    total = sum(df[f"{s}_energy_j"] for s in STAGES)
+    np.testing.assert_allclose(df["total_energy_j"], total, rtol=1e-12)
+    # a call is a prefill or a midfill, never both
+    assert ((df["prefill_flops"] == 0) | (df["midfill_flops"] == 0)).all()
+    assert (df.filter(p == 0)["midfill_time_s"] == 0).all()
+
+
+@SETTINGS
+@given(
+    cfg_names, tokens, tokens, st.integers(0, 20_000), st.integers(1, 5000), st.integers(1, 5000)
+)
+def test_monotone_in_input_and_output_tokens(name, n, p, m, dn, dm):
+    cfg = CFGS[name]
+    base = call_costs(cfg, _calls([n], [p], [m]))
+    more_new = call_costs(cfg, _calls([n + dn], [p], [m]))
+    more_out = call_costs(cfg, _calls([n], [p], [m + dm]))
+    for col in ("total_energy_j", "decode_attention_hbm_bytes"):
+        assert more_new[col][0] >= base[col][0] * (1 - 1e-12)
+    fill = "prefill" if p == 0 else "midfill"
+    for k in ("time_s", "energy_j", "flops", "hbm_bytes"):
+        assert more_new[f"{fill}_{k}"][0] > base[f"{fill}_{k}"][0]
+        for s in ("decode_attention", "decode_experts"):
+            assert more_out[f"{s}_{k}"][0] > base[f"{s}_{k}"][0]
+    # a longer cached prefix makes the fill and the decode reads dearer too
+    longer = call_costs(cfg, _calls([n], [p + dn], [m]))
+    for col in ("decode_attention_hbm_bytes", "decode_attention_energy_j"):
+        assert longer[col][0] > base[col][0] or m == 0
+
+
+@SETTINGS
+@given(
+    cfg_names,
+    st.lists(st.tuples(tokens, tokens, st.integers(0, 20_000)), min_size=2, max_size=12),
+    st.data(),
+)
+def test_energy_and_bytes_additive_over_calls(name, rows, data):
+    """Pricing calls together equals pricing them apart: no call's cost depends on another's."""
+    cfg = CFGS[name]
+    cut = data.draw(st.integers(1, len(rows) - 1))
+    n, p, m = (np.array(c, float) for c in zip(*rows, strict=True))
+    whole = call_costs(cfg, _calls(n, p, m))
+    a = call_costs(cfg, _calls(n[:cut], p[:cut], m[:cut]))
+    b = call_costs(cfg, _calls(n[cut:], p[cut:], m[cut:]))
+    for c in whole.columns:
+        np.testing.assert_allclose(whole[c].sum(), a[c].sum() + b[c].sum(), rtol=1e-9)
+
+
+@SETTINGS
+@given(cfg_names, st.integers(0, 300_000), st.integers(0, 50_000), st.integers(0, 50_000))
+def test_pairs_and_decode_split_over_steps(name, start, a, b):
+    """m1 + m2 decode steps cost the first m1 steps plus m2 steps from the longer context."""
+    cfg = CFGS[name]
+    np.testing.assert_allclose(
+        pair_layers(cfg, start, a + b),
+        pair_layers(cfg, start, a) + pair_layers(cfg, start + a, b),
+        rtol=1e-12,
+    )
+    whole = decode_attention_calls(cfg, a + b, start)
+    parts = [decode_attention_calls(cfg, a, start), decode_attention_calls(cfg, b, start + a)]
+    for k in ("flops", "hbm_bytes", "kv_read_bytes", "energy_j", "time_s"):
+        np.testing.assert_allclose(whole[k], parts[0][k] + parts[1][k], rtol=1e-9, atol=1e-12)
+
+
+def test_pair_layers_windows_match_brute_force():
+    cfg = CFGS["gptoss-b200"]
+    m = cfg.model
+    w = m.local_window_tokens
+    for start, count in ((1, 50), (100, 300), (5000, 7)):
+        ctx = np.arange(start, start + count)
+        brute = m.num_global_layers * ctx.sum() + m.num_local_layers * np.minimum(ctx, w).sum()
+        assert pair_layers(cfg, start, count) == brute
+
+
+def test_step_equals_sum_of_its_sequences():
+    cfg = CFGS["dsv3-h200-tp8"]
+    step = decode_attention_step(cfg, 64, 64 * 8192)
+    one = decode_attention_calls(cfg, 1, 8192, 64)
+    for k in ("flops", "hbm_bytes", "time_s", "energy_j"):
+        np.testing.assert_allclose(step[k], 64 * one[k], rtol=1e-12)
+
+
+def test_distinct_experts_uniform_matches_simulation():
+    cfg = CFGS["dsv3-h200-tp8"]  # 256 experts, top-8
+    rng = np.random.default_rng(0)
+    for batch in (1, 8, 64, 512):
+        picks = np.argpartition(rng.random((max(40, 20_000 // batch), batch, 256)), 8, axis=2)[
+            :, :, :8
+        ]
+        sim = np.mean([np.unique(t).size for t in picks])
+        assert distinct_experts(cfg, batch) == pytest.approx(sim, rel=0.02)
+    assert distinct_experts(cfg, 1) == pytest.approx(8)
+
+
+def test_skewed_routing_touches_fewer_experts():
+    base = CFGS["kimi-gb200"]
+    skew = make_config(CAT, "gb200", "kimi-k2", gpus=32, routing_skew=1.0)
+    b = np.array([1, 4, 16, 64, 256, 4096])
+    uni, sk = distinct_experts(base, b), distinct_experts(skew, b)
+    assert np.all(sk <= uni + 1e-9) and np.all(sk[2:] < uni[2:])
+    assert np.all(np.diff(sk) > 0) and sk[-1] <= base.model.n_routed_experts
+    assert decode_experts_step(skew, 64).hbm_bytes < decode_experts_step(base, 64).hbm_bytes
+
+
+def test_each_token_bears_one_over_batch_of_expert_weights():
+    cfg = CFGS["kimi-gb200"]
+    per_call = call_costs(cfg, _calls([100], [1000], [10]))
+    step = decode_experts_step(cfg, cfg.decode_batch)
+    assert per_call["decode_experts_hbm_bytes"][0] == pytest.approx(
+        10 * step.hbm_bytes / cfg.decode_batch
+    )
+    # bigger batches amortise the expert weights: fewer bytes per token
+    assert decode_experts_step(cfg, 256).hbm_bytes / 256 < step.hbm_bytes / 64
+
+
+def test_compute_bound_gpu_draws_its_tdp():
+    """Calibration: a fill that keeps one GPU compute-bound at the default efficiency ≈ TDP."""
+    for hw in ("h200", "b200", "gb200", "mi355x"):
+        cfg = make_config(CAT, hw, "llama3.1-70b", gpus=1, tp=1, weight_precision="fp8")
+        f = fill_cost(cfg, 32_768, 0)
+        p = power_w(cfg, f.energy_j, f.time_s)
+        assert p == pytest.approx(cfg.chip.tdp_w, rel=0.08), hw
+        # memory-bound decode draws well under TDP but at least the static power
+        d = decode_experts_step(cfg, 1)
+        pd = power_w(cfg, d.energy_j, d.time_s)
+        assert coefficients(cfg).static_w <= pd < 0.7 * cfg.chip.tdp_w
+
+
+def test_fp8_costs_about_half_the_energy_per_flop_of_bf16():
+    c8 = coefficients(make_config(CAT, "h200", "llama3.1-70b", gpus=8, weight_precision="fp8"))
+    c16 = coefficients(make_config(CAT, "h200", "llama3.1-70b", gpus=8, weight_precision="bf16"))
+    assert 0.4 < c8.lin_j_per_flop / c16.lin_j_per_flop < 0.6
+
+
+def test_scale_out_expert_parallel_is_slower_than_nvl72():
+    """SEED-20: EP beyond an 8-GPU node crosses the scale-out network; NVL72 keeps it in-rack."""
+    hgx = make_config(CAT, "b200", "kimi-k2", gpus=32)
+    nvl = make_config(CAT, "gb200", "kimi-k2", gpus=32)
+    f_hgx, f_nvl = fill_cost(hgx, 4096, 50_000), fill_cost(nvl, 4096, 50_000)
+    assert f_hgx.scale_out_bytes > 0 and f_nvl.scale_out_bytes == 0
+    assert f_hgx.time_s > 1.2 * f_nvl.time_s

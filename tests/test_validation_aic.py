@@ -1,0 +1,118 @@
+"""agentx with DEFAULT efficiencies against NVIDIA AIConfigurator 0.12 reference points.
+
+DeepSeek-V3, FP8 weights and KV, TRT-LLM, TP8×EP8 on 8 GPUs (issue 3). The table in
+docs/validation.md is checked against the numbers computed here; regenerate it with
+``AGENTX_REGEN_DOCS=1 pytest tests/test_validation_aic.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from agentx.catalog import load_catalog
+from agentx.replay import make_config
+from agentx.replay.stages import decode_attention_step, decode_experts_step, fill_cost
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "validation.md"
+BEGIN, END = "<!-- aic-table:begin -->", "<!-- aic-table:end -->"
+TOLERANCE = 0.35
+# Points outside ±35 % with the reason written up in docs/validation.md ("Prefill gap"):
+# agentx prices the context phase from NOTES.md (d) efficiencies and NCCL-class collectives;
+# AIConfigurator's measured TRT-LLM kernels are about 1.7× slower there. Not tuned away.
+KNOWN_GAP = {"prefill 8k tokens": (-0.45, TOLERANCE)}
+
+# (point, system, AIC ms, function of cfg → agentx seconds)
+POINTS = [
+    ("decode step, batch 64, 8k context", "h200", 31.7, lambda c: _decode(c, 64, 8192)),
+    ("  decode attention", "h200", 9.6, lambda c: decode_attention_step(c, 64, 64 * 8192).time_s),
+    ("  decode experts", "h200", 21.6, lambda c: decode_experts_step(c, 64).time_s),
+    ("decode step, batch 64, 8k context", "b200", 23.4, lambda c: _decode(c, 64, 8192)),
+    ("  decode attention", "b200", 6.6, lambda c: decode_attention_step(c, 64, 64 * 8192).time_s),
+    ("  decode experts", "b200", 16.4, lambda c: decode_experts_step(c, 64).time_s),
+    ("decode step, batch 8, 128k context", "h200", 25.9, lambda c: _decode(c, 8, 131072)),
+    ("  decode attention", "h200", 15.3, lambda c: decode_attention_step(c, 8, 8 * 131072).time_s),
+    ("prefill 8k tokens", "h200", 316.0, lambda c: fill_cost(c, 8192, 0).time_s),
+    ("prefill 8k tokens", "b200", 147.0, lambda c: fill_cost(c, 8192, 0).time_s),
+    (
+        "midfill 2,048 onto 129,024 cached",
+        "h200",
+        425.0,
+        lambda c: fill_cost(c, 2048, 129024).time_s,
+    ),
+    (
+        "midfill 2,048 onto 129,024 cached",
+        "b200",
+        170.0,
+        lambda c: fill_cost(c, 2048, 129024).time_s,
+    ),
+]
+
+
+def _decode(cfg, batch, ctx):
+    return (
+        decode_attention_step(cfg, batch, batch * ctx).time_s
+        + decode_experts_step(cfg, batch).time_s
+    )
+
+
+def _cfg(hw: str):
+    return make_config(
+        load_catalog(), hw, "deepseek-v3", gpus=8, tp=8, ep=8, dp_attention=False, decode_batch=64
+    )
+
+
+def compute_rows() -> list[tuple[str, str, float, float, float]]:
+    cfgs = {hw: _cfg(hw) for hw in ("h200", "b200")}
+    return [
+        (p, hw, ref, 1e3 * float(f(cfgs[hw])), 1e3 * float(f(cfgs[hw])) / ref - 1)
+        for p, hw, ref, f in POINTS
+    ]
+
+
+def markdown(rows) -> str:
+    out = [
+        "| point | system | AIConfigurator ms | agentx ms | agentx / AIC − 1 |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for p, hw, ref, got, err in rows:
+        out.append(
+            f"| {p.strip() if not p.startswith(' ') else '↳ ' + p.strip()} | {hw.upper()} | {ref:.1f} | {got:.1f} | {err:+.0%} |"
+        )
+    return "\n".join(out)
+
+
+def test_aiconfigurator_points_within_tolerance():
+    rows = compute_rows()
+    print("\n" + markdown(rows))
+    for p, hw, ref, got, err in rows:
+        lo, hi = KNOWN_GAP.get(p, (-TOLERANCE, TOLERANCE))
+        assert lo <= err <= hi, f"{p} on {hw}: agentx {got:.1f} ms vs AIC {ref} ms ({err:+.0%})"
+    inside = sum(abs(r[4]) <= TOLERANCE for r in rows)
+    assert inside >= len(rows) - 2
+
+
+def test_validation_doc_table_is_current():
+    table = markdown(compute_rows())
+    text = DOC.read_text(encoding="utf-8")
+    if os.environ.get("AGENTX_REGEN_DOCS"):
+        text = re.sub(
+            re.escape(BEGIN) + ".*?" + re.escape(END), f"{BEGIN}\n{table}\n{END}", text, flags=re.S
+        )
+        DOC.write_text(text, encoding="utf-8")
+    m = re.search(re.escape(BEGIN) + r"\n(.*?)\n" + re.escape(END), text, flags=re.S)
+    assert m, f"{DOC} lacks the {BEGIN} … {END} block"
+    assert m.group(1) == table, "docs/validation.md is stale: rerun with AGENTX_REGEN_DOCS=1"
+
+
+@pytest.mark.parametrize("hw", ["h200", "b200"])
+def test_decode_is_memory_bound_and_prefill_compute_bound(hw):
+    """The physics behind the points: decode reads far more bytes per FLOP than prefill."""
+    cfg = _cfg(hw)
+    ridge = cfg.chip.flops_per_s("fp8") / cfg.chip.hbm_bytes_per_s
+    exp = decode_experts_step(cfg, 64)
+    pre = fill_cost(cfg, 8192, 0)
+    assert exp.flops / exp.hbm_bytes < 0.05 * ridge < ridge < pre.flops / pre.hbm_bytes
