@@ -92,3 +92,80 @@ def test_table_html_escapes_and_formats():
 
     html = table_html(pl.DataFrame({"name": ["<b>"], "bytes": [1.5e11], "ok": [True]}))
     assert "&lt;b&gt;" in html and "1.500e+11" in html and ">yes<" in html
+
+
+def test_headline_and_verdicts(runs):
+    page, _ = build_report([runs])
+    assert (
+        "<h2>Headline figures per run</h2>" in page and "<h2>SEED checks (1 = agrees)</h2>" in page
+    )
+    assert '<td class="s">seed19_gb200_leads_decode_most_of_curve</td>' in page
+    # the simulate run's energy key lands in the same column as the replays'
+    assert '<td class="s">sim</td><td class="n">2.5</td>' in page
+
+
+PRODUCERS = (
+    "agentx.cli.cmd_synth",
+    "agentx.cli.cmd_replay",
+    "agentx.cli.cmd_sweep",
+    "agentx.cli.cmd_simulate",
+)
+
+
+def test_views_and_report_over_real_producer_runs(tmp_path):
+    """The real commands' run directories (replay ×2, sweep, simulate) through views, queries and report."""
+    import importlib.util
+
+    import polars as pl
+
+    from agentx.analysis import get_query, open_db
+
+    missing = [m for m in PRODUCERS if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"producer {', '.join(missing)} not available")
+    t, r = tmp_path / "s.parquet", tmp_path / "runs"
+    steps = [
+        ["synth", "-o", t, "--sessions", "4", "--seed", "3"],
+        ["replay", t, "--hw", "gb200", "--gpus", "16", "-o", r / "replay-gb200", "-q"],
+        ["replay", t, "--hw", "b200", "--gpus", "16", "-o", r / "replay-b200", "-q"],
+        ["sweep", "--hw", "b200,gb200", "--gpus", "16", "-o", r / "sweep", "-q"],
+        ["simulate", t, "--hw", "gb200", "--gpus", "16", "-o", r / "sim", "-q"],
+    ]
+    for args in steps:
+        res = CliRunner().invoke(cli, [str(a) for a in args])
+        assert res.exit_code == 0, (args[0], res.output)
+    with open_db([t], [r]) as db:
+        assert {
+            "calls",
+            "sessions",
+            "replay_calls",
+            "stages",
+            "footprint",
+            "sweep",
+            "sim_calls",
+            "sim_timeseries",
+        } <= set(db.views)
+        e = db.query(get_query("energy_per_stage").sql)
+        stages = pl.read_parquet(r / "replay-b200" / "stages.parquet")
+        got = e.filter(pl.col("run") == "replay-b200").sort("stage")["energy_j"].to_list()
+        assert got == pytest.approx(stages.sort("stage")["energy_j"].to_list())
+        hbm = (
+            db.query(get_query("peak_hbm_per_gpu").sql)
+            .filter(pl.col("run") == "replay-gb200")
+            .row(0, named=True)
+        )
+        assert hbm["hbm_bytes_per_gpu"] == pytest.approx(
+            json.loads((r / "replay-gb200" / "summary.json").read_text())["hbm_peak_bytes_per_gpu"]
+        )
+        assert db.query("SELECT DISTINCT system FROM runs WHERE kind = 'replay' ORDER BY 1")[
+            "system"
+        ].to_list() == ["b200", "gb200"]
+        assert db.query(get_query("best_throughput").sql).height > 0
+    page, charts = build_report([r])
+    assert {
+        "energy-and-time-per-stage",
+        "hbm-footprint-per-gpu",
+        "latency-throughput",
+        "serving-dynamics",
+    } <= {s.split("-", 1)[1] for s, _ in charts}
+    assert len(page) < 5_000_000  # long simulations are binned, not inlined whole

@@ -13,7 +13,8 @@ import polars as pl
 
 GB = 1e9
 LINKS = ("ssd_to_dram", "dram_to_hbm", "hbm_to_dram", "dram_to_ssd")
-STAGE_ORDER = ["prefill", "midfill", "decode_attention", "decode_experts"]
+# Replays split decode into attention and experts; sweeps report it as one "decode" stage.
+STAGE_ORDER = ["prefill", "midfill", "decode", "decode_attention", "decode_experts"]
 
 
 def _need(df: pl.DataFrame, cols: list[str], what: str) -> None:
@@ -123,22 +124,37 @@ def hbm_footprint(footprint: pl.DataFrame, by: str = "run") -> alt.LayerChart:
     return alt.layer(bars, ticks, title="HBM footprint per GPU against capacity (tick)")
 
 
+def pareto_frontier(sweep: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Points no other point of the same ``keys`` beats on both per-user and per-GPU speed.
+
+    A sweep varies batch, chunk and context together; joining all its points would zigzag.
+    Scanning from the fastest per-user speed down, a point is on the frontier when its
+    throughput per GPU exceeds every faster point's (a cumulative max per group).
+    """
+    ranked = sweep.sort(
+        [*keys, "per_user_tokens_per_s", "tokens_per_s_per_gpu"],
+        descending=[*[False] * len(keys), True, True],
+    )
+    best_before = pl.col("tokens_per_s_per_gpu").cum_max().shift(1).over(keys)
+    return ranked.filter(best_before.is_null() | (pl.col("tokens_per_s_per_gpu") > best_before))
+
+
 def latency_throughput(sweep: pl.DataFrame) -> alt.Chart:
-    """Throughput per GPU against per-user speed, one curve per system and GPU count, per stage."""
+    """Throughput per GPU against per-user speed: each system and GPU count's frontier, per stage."""
     _need(
         sweep,
         ["system", "gpus", "stage", "per_user_tokens_per_s", "tokens_per_s_per_gpu", "fits"],
         "latency_throughput",
     )
     df = (
-        sweep.filter(pl.col("fits"))
+        pareto_frontier(sweep.filter(pl.col("fits")), ["system", "gpus", "stage"])
         .select(
             "system", "gpus", "stage", "batch_size", "per_user_tokens_per_s", "tokens_per_s_per_gpu"
         )
         .sort("system", "gpus", "stage", "per_user_tokens_per_s")
     )
     return (
-        alt.Chart(df, title="Latency–throughput per stage (points that fit in HBM)")
+        alt.Chart(df, title="Latency–throughput frontier per stage (points that fit in HBM)")
         .mark_line(point=True)
         .encode(
             x=alt.X(
@@ -236,8 +252,12 @@ def hit_ratio_curve(kv_curve: pl.DataFrame, by: str | None = None) -> alt.Chart:
     )
 
 
-def sim_timeseries(ts: pl.DataFrame, by: str | None = None) -> alt.Chart:
-    """Simulated queue, decode batch, utilisation and power over time (SEED-15 oscillation)."""
+def sim_timeseries(ts: pl.DataFrame, by: str | None = None, max_points: int = 400) -> alt.Chart:
+    """Simulated queue, decode batch, utilisation and power over time (SEED-15 oscillation).
+
+    A long simulation samples every second for days; it is averaged into at most
+    ``max_points`` equal time bins per run so the chart stays small.
+    """
     _need(ts, ["t_s"], "sim_timeseries")
     metrics = [
         c
@@ -245,9 +265,15 @@ def sim_timeseries(ts: pl.DataFrame, by: str | None = None) -> alt.Chart:
         if c in ts.columns
     ]
     index = ["t_s"] + ([by] if by else [])
-    long = ts.select(*index, *[pl.col(m).cast(pl.Float64) for m in metrics]).unpivot(
-        index=index, variable_name="metric", value_name="value"
-    )
+    ts = ts.select(*index, *[pl.col(m).cast(pl.Float64) for m in metrics])
+    if ts.height > max_points * (ts[by].n_unique() if by else 1):
+        t0, t1 = ts["t_s"].min(), ts["t_s"].max()
+        width = max((t1 - t0) / max_points, 1e-9)
+        bin_t = (((pl.col("t_s") - t0) / width).floor().clip(0, max_points - 1) * width + t0).alias(
+            "t_s"
+        )
+        ts = ts.group_by([bin_t, *index[1:]]).agg(pl.col(m).mean() for m in metrics).sort(index)
+    long = ts.unpivot(index=index, variable_name="metric", value_name="value")
     enc = {
         "x": alt.X("t_s:Q", title="time (s)"),
         "y": alt.Y("value:Q", title=None),

@@ -30,20 +30,28 @@ from agentx.io import atomic_path, write_text_atomic
 VL_VERSION = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
 
 
-# The summary.json figures a reader looks at first, one row per run that has any of them.
+# The summary.json figures a reader looks at first (column → the keys replay and simulate runs
+# use for it), one row per run that has any of them.
 HEADLINE_KEYS = {
-    "j_per_output_token": "j_per_output_token",
-    "total_energy_j": "total_energy_j",
-    "hbm_peak_bytes_per_gpu": "hbm_peak_bytes_per_gpu",
-    "latency_s.ttft_s.p50": "ttft_p50_s",
-    "latency_s.ttft_s.p99": "ttft_p99_s",
-    "latency_s.decode_latency_s.p50": "decode_latency_p50_s",
+    "j_per_output_token": ("j_per_output_token", "energy_per_output_token_j"),
+    "total_energy_j": ("total_energy_j", "energy_j"),
+    "hbm_peak_bytes_per_gpu": ("hbm_peak_bytes_per_gpu",),
+    "ttft_p50_s": ("latency_s.ttft_s.p50", "ttft_s_p50"),
+    "ttft_p99_s": ("latency_s.ttft_s.p99", "ttft_s_p99"),
+    "decode_latency_p50_s": ("latency_s.decode_latency_s.p50",),
+    "tpot_p50_s": ("tpot_s_p50",),
 }
+_ALL_KEYS = [k for keys in HEADLINE_KEYS.values() for k in keys]
 HEADLINE_SQL = (
     "SELECT run, "
-    + ", ".join(f"max(value) FILTER (WHERE key = '{k}') AS {a}" for k, a in HEADLINE_KEYS.items())
-    + f" FROM summary WHERE key IN ({', '.join(repr(k) for k in HEADLINE_KEYS)}) GROUP BY run ORDER BY run"
+    + ", ".join(
+        f"max(value) FILTER (WHERE key IN ({', '.join(repr(k) for k in keys)})) AS {alias}"
+        for alias, keys in HEADLINE_KEYS.items()
+    )
+    + f" FROM summary WHERE key IN ({', '.join(repr(k) for k in _ALL_KEYS)}) GROUP BY run ORDER BY run"
 )
+# Runs that check SEED claims (sweeps) record each verdict under summary key "verdict.*".
+VERDICT_SQL = "SELECT run, substr(key, 9) AS check, value FROM summary WHERE key LIKE 'verdict.%' ORDER BY run, key"
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,9 @@ def collect_sections(db: Database) -> list[Section]:
     headline = q(HEADLINE_SQL)
     if headline.height:
         out.append(Section("Headline figures per run", headline))
+    verdicts = q(VERDICT_SQL)
+    if verdicts.height:
+        out.append(Section("SEED checks (1 = agrees)", verdicts))
     if "stages" in v:
         out.append(
             Section(

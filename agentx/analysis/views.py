@@ -33,7 +33,7 @@ RUN_VIEWS = ("runs", "summary")
 # Config keys that name the hardware system, model and GPU count, newest spelling first:
 # producers landed at different times and the views must read all of them.
 SYSTEM_KEYS = ("system", "hw", "hardware")
-MODEL_KEYS = ("model",)
+MODEL_KEYS = ("model", "model_name")
 GPU_KEYS = ("gpus", "num_gpus", "n_gpus")
 
 SESSIONS_SQL = """
