@@ -382,7 +382,7 @@ def simulate_kernel(
                 grown = np.zeros((2 * nts, N_TS))
                 grown[:nts] = ts
                 ts = grown
-            ts[nts, 0] = bin_end - sample_s
+            ts[nts, 0] = t0 + nts * sample_s
             ts[nts, 1] = wt - wh
             ts[nts, 2] = ft - fh
             ts[nts, 3] = rt - rh
@@ -398,7 +398,7 @@ def simulate_kernel(
             acc_e = 0.0
             acc_busy = 0.0
             a = bin_end
-            bin_end += sample_s
+            bin_end = t0 + (nts + 1) * sample_s
         acc_e += e_tot * (t1 - a) / dt
         acc_busy += busy * (t1 - a) / dt
         t = t1
