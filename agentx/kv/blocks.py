@@ -1,0 +1,235 @@
+"""The block model of a trace: every KV block each call reads or writes, in time order.
+
+KV state is a chain of immutable fixed-size blocks (SEED-4): a call reads the leading blocks
+that cover its reused prefix and writes new blocks for the rest of its prompt. Ids come from
+``block_hashes`` where the trace has them (namespaced by session when the file's hash scope is
+"session"), else they are synthesized per chain (session, agent, compaction epoch): a position
+keeps its block until a call rewrites it, so a compaction or a prefix break starts new blocks.
+
+Assumptions (docs/kv-tiers.md):
+* the leading full blocks of ``shared_prefix_tokens`` (tool definitions + system prompt) are the
+  same bytes for every session with the same ``shared_prefix_tokens`` value, so they map to one
+  set of ids stored once (SEED-7);
+* a call reads ``ceil(reused / B)`` blocks; with hashes it writes the rest; without hashes a
+  partially reused last block is read (its old, shorter version) and rewritten as a new block;
+* re-blocking to a serving block of ``m`` trace blocks names each merged block by its last
+  trace block's hash (equal hashes at equal positions mean equal prefixes).
+
+The stream is flat numpy arrays (calls' block lists concatenated via offsets): the Weka set has
+~83 million 64-token references, far too many for Python objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba as nb
+import numpy as np
+import polars as pl
+
+from agentx.errors import InputError, UsageError
+from agentx.traces.io import Trace
+
+ORDER = ("t_start_s", "session_id", "call_index")
+
+
+@dataclass(frozen=True)
+class BlockStream:
+    """Block references of a trace; per-call arrays are in reference (time) order."""
+
+    block_size_tokens: int
+    row: np.ndarray  # trace row of each call
+    ref_off: np.ndarray  # refs of call k are ref_block[ref_off[k]:ref_off[k+1]], reads first
+    n_read: np.ndarray  # leading refs of each call that read its reused prefix
+    write_pos: np.ndarray  # block position (in the prompt) of each call's first write
+    input_tokens: np.ndarray
+    reused_tokens: np.ndarray
+    ref_block: np.ndarray  # dense block id of every reference (int64)
+    n_blocks: int
+    shared: np.ndarray  # bool per block: part of a cross-session shared prefix
+    chain: np.ndarray  # per call: id of (session, agent, compaction epoch)
+
+    @property
+    def n_calls(self) -> int:
+        return len(self.row)
+
+    @property
+    def n_refs(self) -> int:
+        return len(self.ref_block)
+
+
+def build_blocks(
+    trace: Trace, block_size_tokens: int | None = None, *, share_prefix: bool = True
+) -> BlockStream:
+    """The reference stream of ``trace`` at ``block_size_tokens`` (default: the trace's own)."""
+    df = trace.calls.with_row_index("_row")
+    use_hashes = df.height > 0 and bool(df["block_hashes"].is_not_null().all())
+    native = _native_block_size(df, trace) if use_hashes else None
+    bs = int(block_size_tokens or native or 64)
+    if bs <= 0:
+        raise UsageError(f"--block-size-tokens must be positive, got {bs}")
+    if use_hashes and bs % native:
+        raise UsageError(
+            f"--block-size-tokens {bs} must be a multiple of the trace's {native}-token hash blocks"
+        )
+    df = df.sort([*ORDER], maintain_order=True)
+    n_in = df["input_tokens"].to_numpy().astype(np.int64)
+    reused = df["reused_prefix_tokens"].to_numpy().astype(np.int64)
+    n_blk = -(-n_in // bs)
+    n_read = -(-reused // bs)
+    write_pos = n_read.copy() if use_hashes else reused // bs
+    ref_off = np.zeros(df.height + 1, np.int64)
+    np.cumsum(n_read + n_blk - write_pos, out=ref_off[1:])
+    chain = _chains(df)
+    spt = df["shared_prefix_tokens"].to_numpy().astype(np.int64) // bs
+    if not share_prefix:
+        spt[:] = 0
+    # Shared-prefix ids come first: one run of ids per distinct shared_prefix_tokens value.
+    groups, g = np.unique(spt, return_inverse=True)
+    sh_base = (np.cumsum(groups) - groups)[g]
+    n_shared = int(groups.sum())
+    out = np.empty(int(ref_off[-1]), np.int64)
+    geo = (n_blk, n_read, write_pos, ref_off, spt, sh_base)
+    if use_hashes:
+        n_blocks = _hash_ids(df, trace.hash_scope, bs // native, geo, n_shared, out)
+    else:
+        order = np.lexsort((np.arange(len(chain)), chain))
+        n_blocks = int(_synth_kernel(order, chain, *geo, n_shared, out))
+    shared = np.zeros(n_blocks, bool)
+    shared[:n_shared] = True
+    return BlockStream(
+        block_size_tokens=bs,
+        row=df["_row"].to_numpy().astype(np.int64),
+        ref_off=ref_off,
+        n_read=n_read,
+        write_pos=write_pos,
+        input_tokens=n_in,
+        reused_tokens=reused,
+        ref_block=out,
+        n_blocks=n_blocks,
+        shared=shared,
+        chain=chain,
+    )
+
+
+def _native_block_size(df: pl.DataFrame, trace: Trace) -> int:
+    sizes = df["block_size_tokens"].unique().drop_nulls()
+    if sizes.len() != 1:
+        r = int(df["block_size_tokens"].ne_missing(df["block_size_tokens"][0]).arg_max())
+        raise InputError(
+            trace.meta.get("path", "<trace>"),
+            f"expected one block size for the whole file, got {sorted(sizes.to_list())}",
+            row=r,
+            field="block_size_tokens",
+        )
+    return int(sizes[0])
+
+
+def _chains(df: pl.DataFrame) -> np.ndarray:
+    """Chain id per call: a session's agent keeps one context until it compacts (SEED-6)."""
+    agent = pl.col("agent_id").fill_null("")
+    epoch = pl.col("is_compaction").cast(pl.Int64).cum_sum().over(["session_id", agent])
+    key = df.select(pl.col("session_id"), agent, epoch.alias("epoch"))
+    ranks = key.select(pl.struct(pl.all()).rank("dense")).to_series()
+    return ranks.to_numpy().astype(np.int64) - 1
+
+
+SMALL = 1 << 32  # hash values below this are offset per namespace; larger ones are ranked
+
+
+def _hash_ids(df, scope, m, geo, id0, out) -> int:
+    """Dense ids from the (namespaced) hash of each block's last trace block; returns the count.
+
+    Hashes are mostly small counters (Weka numbers blocks 1, 2, … per session): offsetting each
+    namespace by the running maximum needs no sort; the few large values are ranked exactly.
+    """
+    lens = df["block_hashes"].list.len().to_numpy().astype(np.int64)
+    hoff = np.cumsum(lens) - lens
+    flat = df["block_hashes"].explode().to_numpy().view(np.int64)  # ≥ 2^63 reads negative: big
+    if scope == "global":
+        ns = np.zeros(df.height, np.int64)
+    else:  # "session" (or unknown): ids mean nothing across sessions
+        ns = df["session_id"].rank("dense").to_numpy().astype(np.int64) - 1
+    n_ns = int(ns.max()) + 1 if ns.size else 1
+    top = _ns_top(flat, hoff, lens, ns, n_ns)
+    base = id0 + np.cumsum(top) - top
+    n = id0 + int(top.sum())
+    big_pos = np.flatnonzero((flat >= SMALL) | (flat < 0))
+    big_key = np.zeros(0, np.int64)
+    if big_pos.size:
+        big_ns = ns[np.searchsorted(hoff, big_pos, side="right") - 1]
+        pairs = pl.DataFrame({"ns": big_ns, "h": flat[big_pos]})
+        big_key = n + pairs.select(pl.struct("ns", "h").rank("dense")).to_series().to_numpy() - 1
+        n = int(big_key.max()) + 1
+    _hash_kernel(flat, hoff, lens, ns, base, big_pos, big_key.astype(np.int64), m, *geo, out)
+    return n
+
+
+@nb.njit(cache=True)
+def _ns_top(flat, hoff, lens, ns, n_ns):  # pragma: no cover (compiled)
+    top = np.zeros(n_ns, np.int64)
+    for k in range(hoff.size):
+        for i in range(hoff[k], hoff[k] + lens[k]):
+            h = flat[i]
+            if 0 <= h < SMALL and h + 1 > top[ns[k]]:
+                top[ns[k]] = h + 1
+    return top
+
+
+@nb.njit(cache=True)
+def _block_id(j, k, spt, sh_base, flat, hoff, lens, ns, base, big_pos, big_key, m):  # pragma: no cover
+    if j < spt[k]:
+        return sh_base[k] + j
+    i = hoff[k] + min(j * m + m - 1, lens[k] - 1)
+    h = flat[i]
+    if 0 <= h < SMALL:
+        return base[ns[k]] + h
+    return big_key[np.searchsorted(big_pos, i)]
+
+
+@nb.njit(cache=True)
+def _hash_kernel(flat, hoff, lens, ns, base, big_pos, big_key, m, n_blk, n_read, write_pos, ref_off, spt, sh_base, out):  # pragma: no cover
+    for k in range(n_blk.size):
+        r = ref_off[k]
+        for j in range(n_read[k]):
+            out[r] = _block_id(j, k, spt, sh_base, flat, hoff, lens, ns, base, big_pos, big_key, m)
+            r += 1
+        for j in range(write_pos[k], n_blk[k]):
+            out[r] = _block_id(j, k, spt, sh_base, flat, hoff, lens, ns, base, big_pos, big_key, m)
+            r += 1
+
+
+@nb.njit(cache=True)
+def _synth_kernel(order, chain, n_blk, n_read, write_pos, ref_off, spt, sh_base, id0, out):  # pragma: no cover
+    """Per chain, a position keeps its block until a later call rewrites it."""
+    cur = np.full(int(n_blk.max()) + 1 if n_blk.size else 1, -1, np.int64)
+    last_chain = -1
+    next_id = id0
+    hi = 0  # positions >= hi are unset
+    for k in order:
+        if chain[k] != last_chain:
+            cur[:hi] = -1
+            hi = 0
+            last_chain = chain[k]
+        r = ref_off[k]
+        for j in range(n_read[k]):
+            if j < spt[k]:
+                out[r] = sh_base[k] + j
+            else:
+                if cur[j] < 0:  # reused per the trace but never written in this chain: new block
+                    cur[j] = next_id
+                    next_id += 1
+                out[r] = cur[j]
+            r += 1
+        for j in range(write_pos[k], n_blk[k]):
+            if j < spt[k]:
+                out[r] = sh_base[k] + j
+            else:
+                cur[j] = next_id
+                out[r] = next_id
+                next_id += 1
+            r += 1
+        if hi > n_blk[k]:  # positions past the prompt are gone
+            cur[n_blk[k] : hi] = -1
+        hi = n_blk[k]
+    return next_id
