@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from pathlib import Path
 
 import click
 import polars as pl
@@ -162,3 +163,14 @@ def test_every_command_help_ends_with_example(name, module):
             opts = {o for p in cmd.params if isinstance(p, click.Option) for o in p.opts}
             fmt = next((p for p in cmd.params if p.name == "fmt"), None)
             assert "--json" in opts or (fmt is not None and "json" in fmt.type.choices), path
+
+
+def test_docs_cli_documents_every_command_and_exit_code():
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
+    for code in ("| 0 |", "| 1 |", "| 2 |"):
+        assert code in doc
+    for name, module in COMMANDS:
+        assert f"### `agentx {name}`" in doc, name
+        if importlib.util.find_spec(module) is not None:
+            for path, _ in walk(name, importlib.import_module(module).command):
+                assert f"### `agentx {' '.join(path)}`" in doc, path
