@@ -58,7 +58,7 @@ def _first_line(exc: BaseException) -> str:
 
 def count(value: object, path: Path, where: str | None, field: str) -> int:
     """A non-negative integer token count (JSON ``true`` and ``3.0`` are refused)."""
-    if type(value) is int and value >= 0:
+    if type(value) is int and 0 <= value < 1 << 63:
         return value
     if value is None:
         raise InputError(

@@ -59,7 +59,10 @@ class Session:
     ) -> None:
         if not isinstance(requests, list):
             raise InputError(
-                self.path, "expected a list of requests", where=label or None, field="requests"
+                self.path,
+                f"expected a list of requests, got {requests!r:.40}",
+                where=label.strip() or None,
+                field="requests",
             )
         prev_t = 0.0
         for i, r in enumerate(requests):
@@ -266,6 +269,12 @@ def _check_totals(s: Session, totals: object) -> None:
     """The file's own sums must equal the calls read: nothing dropped, nothing doubled."""
     if totals is None:
         return
+    if not isinstance(totals, dict):
+        raise InputError(
+            s.path,
+            f"expected an object with parent_tokens and subagent_tokens, got {totals!r:.40}",
+            field="totals",
+        )
     for key, who in (("parent_tokens", "parent"), ("subagent_tokens", "subagent")):
         got = totals.get(key) if isinstance(totals, dict) else None
         want = s.sums[who]
