@@ -174,3 +174,12 @@ def test_docs_cli_documents_every_command_and_exit_code():
         if importlib.util.find_spec(module) is not None:
             for path, _ in walk(name, importlib.import_module(module).command):
                 assert f"### `agentx {' '.join(path)}`" in doc, path
+
+
+def test_table_prints_booleans_as_words(data):
+    _, trace = data
+    r = invoke(
+        "sql", "SELECT bool_or(is_compaction) AS any_compaction, count(*) AS n FROM calls", trace
+    )
+    assert r.exit_code == 0
+    assert r.output.splitlines()[2].split()[0] == "true"

@@ -99,7 +99,9 @@ def render(df: pl.DataFrame, fmt: str) -> str:
         return df.write_csv()
     if fmt == "json":
         return json.dumps(df.to_dicts(), indent=2, default=_json_value) + "\n"
-    return format_table(df)
+    # format_table prints bools as integers (bool is an int); SQL users expect true/false.
+    bools = [pl.col(c).cast(pl.String) for c, t in df.schema.items() if t == pl.Boolean]
+    return format_table(df.with_columns(bools) if bools else df)
 
 
 def _json_value(o: object) -> object:
