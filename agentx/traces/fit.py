@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from agentx.traces.io import Trace
-from agentx.traces.synth import PREFIX_BREAK_MAX_KEEP, SynthParams
+from agentx.traces.synth_params import PREFIX_BREAK_MAX_KEEP, SynthParams
 
 # Quantities compared by fit_report, in display order (units are in the names).
 REPORTED = (

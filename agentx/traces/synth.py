@@ -5,12 +5,10 @@ Each session is a main agent that appends tool results and user turns to one gro
 parent waits. When the context would pass its limit the agent compacts: the prompt restarts
 from the shared tool+system prefix plus a summary (SEED-6, default limit 1,000,000 tokens).
 
-Every per-call quantity is drawn as one numpy array; streams (one per agent) are laid out
-session-major, times come from segmented cumulative sums, and the one truly sequential step
-(context growth with compaction resets, whose reset value depends on the path) is a tiny numba
-kernel. Defaults are the Weka Claude Code statistics (``shared/traces/SOURCES.md`` §2, "W§2");
-figures marked "W603" were computed from the same 603 shared session files (see the field
-comments); distributions are log-normal through the stated p50 and p90.
+Every per-call quantity is drawn as one numpy array. Agents are laid out as *streams*
+(session-major: the main agent, then its sub-agents), times come from segmented cumulative
+sums, and the one truly sequential step (context growth with compaction resets, whose reset
+point depends on the path) is a tiny numba kernel. Knobs and defaults: ``synth_params``.
 """
 
 from __future__ import annotations
@@ -25,121 +23,38 @@ import polars as pl
 from agentx.errors import UnknownNameError, UsageError
 from agentx.traces import schema as S
 from agentx.traces.io import Trace, trace_metadata
+from agentx.traces.synth_params import (
+    PREFIX_BREAK_MAX_KEEP,
+    SynthParams,
+    lognormal,
+    lognormal_below,
+    lognormal_by,
+    whole_tokens,
+)
+
+__all__ = ["PREFIX_BREAK_MAX_KEEP", "SynthParams", "synthesize"]
 
 TRIGGERS = ("user", "tool_result", "subagent", "compaction")
-Z90 = 1.2815515655446004
-PREFIX_BREAK_MAX_KEEP = 0.9  # W§2 counts a break when < 90 % of the previous blocks are reused  # standard normal 90th percentile: p90 = p50 · exp(Z90 · sigma)
 
 
 @dataclass(frozen=True)
-class SynthParams:
-    """Every knob of the generator; log-normal quantities are given by their p50 and p90."""
+class _Streams:
+    """One entry per agent stream, session-major; ``rank`` 0 is the main agent."""
 
-    # Main-agent calls per session (W§2 47 / 156 for all): W603 fresh 67 / 173, resumed 27.5 / 121.
-    fresh_calls_per_session_p50: float = 67
-    fresh_calls_per_session_p90: float = 173
-    resumed_calls_per_session_p50: float = 27.5
-    resumed_calls_per_session_p90: float = 121
-    # First prompts are bimodal (W§2 p50 24,775 / p90 261,387): fresh sessions start near the
-    # shared prefix, resumed ones carry a long earlier context. W603: 280 of 603 start at
-    # ≥ 2 × prefix; fresh first prompt minus prefix 3,680 / 6,678; resumed 109,698 / 410,064.
-    resumed_session_share: float = 0.464
-    fresh_first_extra_tokens_p50: float = 3_680
-    fresh_first_extra_tokens_p90: float = 6_678
-    resumed_first_input_tokens_p50: float = 109_698
-    resumed_first_input_tokens_p90: float = 410_064
-    tool_appended_tokens_p50: float = 733  # W§2 appended per call 733 / 4,868
-    tool_appended_tokens_p90: float = 4_868
-    user_appended_tokens_p50: float = 733  # W§2 gives no split by trigger; --like fits one
-    user_appended_tokens_p90: float = 4_868
-    output_tokens_p50: float = 217  # W§2 217 / 894
-    output_tokens_p90: float = 894
-    tool_think_time_s_p50: float = 9  # W603 tool-result calls 9 / 67 s (all calls W§2: 10 / 158)
-    tool_think_time_s_p90: float = 67
-    user_think_time_s_p50: float = 128  # W603 user-text calls 128 / 2,125 s
-    user_think_time_s_p90: float = 2_125
-    api_time_s_p50: float = 6  # W§2 api time 6 / 18 s: spaces calls, t_k = t_k-1 + api + think
-    api_time_s_p90: float = 18
-    user_turn_share: float = 0.147  # W603 6,058 of 41,306 later main calls carry user text
-    shared_prefix_tokens: int = 14_825  # W§2 tool + system tokens p50
-    prefix_break_share: float = 0.0143  # W§2 607 prefix breaks without a size drop in 42,535 calls
-    summary_tokens_p50: float = 18_900  # W603 post-compaction prompt minus prefix 18.9k / 54k
-    summary_tokens_p90: float = 54_000
-    context_limit_tokens: int = 1_000_000  # SEED-6
-    early_limit_tokens: int = 165_000  # W603 pre-compaction prompt p50 151k / p90 165k
-    early_limit_share: float = 0.0  # share of fresh sessions compacting at early_limit_tokens
-    subagent_session_share: float = 0.027  # W§2 16 of 603 sessions
-    subagents_per_session_mean: float = 3.7  # W§2 59 sub-agents in 16 sessions
-    subagent_calls_p50: float = 11  # W603 calls per sub-agent 11 / 17 (mean 10.6 = 626 / 59)
-    subagent_calls_p90: float = 17
-    subagent_first_input_tokens_p50: float = 10_348  # W603 10,348 / 12,483
-    subagent_first_input_tokens_p90: float = 12_483
-    subagent_shared_prefix_tokens: int = 8_627  # W603 sub-agent tool + system tokens p50
-    session_rate_per_s: float = 1 / 6  # Poisson arrivals; the Weka importer's default (603 in ~1 h)
-    model: str | None = None
+    session: np.ndarray
+    rank: np.ndarray
+    length: np.ndarray
+    spawn: np.ndarray  # parent call index a sub-agent starts after; -1 for main agents
+    start: np.ndarray  # first row of the stream
+    base: np.ndarray  # shared prefix tokens
+    limit: np.ndarray  # context limit tokens
+    first_input: np.ndarray
+    main_len: np.ndarray  # per session
+    has_sub: np.ndarray  # per session
 
-    def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if f.name == "model":
-                continue
-            if (
-                not isinstance(v, (int, float))
-                or isinstance(v, bool)
-                or not np.isfinite(v)
-                or v < 0
-            ):
-                raise UsageError(f"synth parameter {f.name} must be a finite number ≥ 0, got {v!r}")
-            if f.name.endswith("_p90") and v < getattr(self, f.name[:-3] + "p50"):
-                raise UsageError(f"synth parameter {f.name} must be ≥ its p50, got {v!r}")
-        for name in (
-            "prefix_break_share",
-            "user_turn_share",
-            "early_limit_share",
-            "subagent_session_share",
-            "resumed_session_share",
-        ):
-            if getattr(self, name) > 1:
-                raise UsageError(
-                    f"synth parameter {name} must be a share in [0, 1], got {getattr(self, name)!r}"
-                )
-        need = 2 * max(self.shared_prefix_tokens, self.subagent_shared_prefix_tokens) + 2
-        for name in ("context_limit_tokens", "early_limit_tokens"):
-            if getattr(self, name) < need:
-                raise UsageError(
-                    f"synth parameter {name} must be at least twice the shared prefix + 2 ({need:,} tokens), got {getattr(self, name):,}"
-                )
-        if self.session_rate_per_s <= 0:
-            raise UsageError(
-                f"synth parameter session_rate_per_s must be > 0, got {self.session_rate_per_s!r}"
-            )
-
-    def as_dict(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
-
-
-def _lognormal(rng: np.random.Generator, p50: float, p90: float, size: int) -> np.ndarray:
-    if p50 <= 0:
-        return np.zeros(size)
-    sigma = (np.log(max(p90, p50)) - np.log(p50)) / Z90
-    return rng.lognormal(np.log(p50), sigma, size)
-
-
-def _lognormal_below(
-    rng: np.random.Generator, p50: float, p90: float, cap: np.ndarray
-) -> np.ndarray:
-    """Log-normal draws truncated to ``≤ cap`` by redrawing (a clip would pile mass on the cap)."""
-    x = _lognormal(rng, p50, p90, cap.size)
-    for _ in range(64):  # rounds, not calls: each round redraws only what is still too large
-        over = np.flatnonzero(x > cap)
-        if over.size == 0:
-            break
-        x[over] = _lognormal(rng, p50, p90, over.size)
-    return np.minimum(x, cap)
-
-
-def _tokens(x: np.ndarray, lo: int = 1) -> np.ndarray:
-    return np.maximum(np.rint(x), lo).astype(np.int64)
+    @property
+    def is_sub(self) -> np.ndarray:
+        return self.rank > 0
 
 
 @numba.njit(cache=True, nogil=True)
@@ -164,14 +79,6 @@ def _grow_context(
         input_out[i] = c
 
 
-def _segmented_cumsum(
-    inc: np.ndarray, start_rows: np.ndarray, stream_of_row: np.ndarray
-) -> np.ndarray:
-    """Cumulative sum restarting at every stream start (``inc`` is 0 on those rows)."""
-    cs = np.cumsum(inc)
-    return cs - cs[start_rows][stream_of_row]
-
-
 def _session_lengths(
     rng: np.random.Generator, p: SynthParams, n_sessions: int | None, n_calls: int | None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -179,27 +86,115 @@ def _session_lengths(
 
     def draw(k: int) -> tuple[np.ndarray, np.ndarray]:
         resumed = rng.random(k) < p.resumed_session_share
-        fresh_len = _lognormal(rng, p.fresh_calls_per_session_p50, p.fresh_calls_per_session_p90, k)
-        resumed_len = _lognormal(
-            rng, p.resumed_calls_per_session_p50, p.resumed_calls_per_session_p90, k
-        )
-        return _tokens(np.where(resumed, resumed_len, fresh_len)), resumed
+        fresh = lognormal(rng, p.fresh_calls_per_session_p50, p.fresh_calls_per_session_p90, k)
+        again = lognormal(rng, p.resumed_calls_per_session_p50, p.resumed_calls_per_session_p90, k)
+        return whole_tokens(np.where(resumed, again, fresh)), resumed
 
     if n_sessions is not None:
         return draw(n_sessions)
     chunks: list[tuple[np.ndarray, np.ndarray]] = []
     total = 0
     while total < n_calls:  # few passes: each chunk is sized from the calls still missing
-        k = (
-            16
-            if not chunks
-            else int(1.3 * (n_calls - total) * len(chunks[0][0]) / max(total, 1)) + 16
-        )
+        k = 16 if not chunks else int(1.3 * (n_calls - total) * len(chunks[0][0]) / total) + 16
         chunks.append(draw(min(k, n_calls)))
         total += int(chunks[-1][0].sum())
     lengths, resumed = (np.concatenate(c) for c in zip(*chunks, strict=True))
     n = int(np.searchsorted(np.cumsum(lengths), n_calls)) + 1
     return lengths[:n], resumed[:n]
+
+
+def _streams(r: dict, p: SynthParams, n_sessions: int | None, n_calls: int | None) -> _Streams:
+    main_len, resumed = _session_lengths(r["len"], p, n_sessions, n_calls)
+    n = main_len.size
+    # Sub-agents: which sessions, how many, after which parent call, how many calls.
+    has_sub = r["sub"].random(n) < p.subagent_session_share
+    n_sub = np.where(has_sub, 1 + r["sub"].poisson(max(p.subagents_per_session_mean - 1, 0), n), 0)
+    sub_session = np.repeat(np.arange(n), n_sub)
+    spawn = np.floor(r["sub"].random(sub_session.size) * np.maximum(main_len[sub_session] - 1, 1))
+    sub_len = whole_tokens(
+        lognormal(r["sub"], p.subagent_calls_p50, p.subagent_calls_p90, sub_session.size)
+    )
+    sub_rank = np.arange(sub_session.size) - np.repeat(np.cumsum(n_sub) - n_sub, n_sub) + 1
+    session = np.concatenate([np.arange(n), sub_session])
+    rank = np.concatenate([np.zeros(n, np.int64), sub_rank])
+    order = np.lexsort((rank, session))
+    session, rank = session[order], rank[order]
+    length = np.concatenate([main_len, sub_len])[order]
+    is_sub = rank > 0
+    base = np.where(is_sub, p.subagent_shared_prefix_tokens, p.shared_prefix_tokens).astype(
+        np.int64
+    )
+    # Resumed sessions already hold more than a short window allows, so only fresh ones may
+    # run on the early (short-window) limit.
+    early = ~resumed & (r["sub"].random(n) < p.early_limit_share)
+    short = min(p.early_limit_tokens, p.context_limit_tokens)
+    limit = np.where(early, short, p.context_limit_tokens)[session].astype(np.int64)
+    f = r["first"]
+    first_in = np.select(
+        [is_sub, resumed[session]],
+        [
+            lognormal_below(
+                f, p.subagent_first_input_tokens_p50, p.subagent_first_input_tokens_p90, limit
+            ),
+            lognormal_below(
+                f, p.resumed_first_input_tokens_p50, p.resumed_first_input_tokens_p90, limit
+            ),
+        ],
+        base
+        + lognormal_below(
+            f,
+            p.fresh_first_extra_tokens_p50,
+            p.fresh_first_extra_tokens_p90,
+            (limit - base).astype(np.float64),
+        ),
+    )
+    return _Streams(
+        session=session,
+        rank=rank,
+        length=length,
+        spawn=np.concatenate([np.full(n, -1), spawn.astype(np.int64)])[order],
+        start=np.cumsum(length) - length,
+        base=base,
+        limit=limit,
+        first_input=np.minimum(np.maximum(whole_tokens(first_in), base + 1), limit),
+        main_len=main_len,
+        has_sub=has_sub,
+    )
+
+
+def _segmented_cumsum(inc: np.ndarray, s: _Streams, row_st: np.ndarray) -> np.ndarray:
+    """Cumulative sum restarting at every stream start (``inc`` is 0 on those rows)."""
+    cs = np.cumsum(inc)
+    return cs - cs[s.start][row_st]
+
+
+def _times(
+    r: dict, p: SynthParams, s: _Streams, row_st, first, user
+) -> tuple[np.ndarray, np.ndarray]:
+    """Arrival and think time per row: t_k = t_k-1 + api_k-1 + think_k inside a stream, and a
+    parent's next call waits until its sub-agents spawned before it have finished."""
+    think = lognormal_by(
+        r["time"],
+        user,
+        (p.user_think_time_s_p50, p.user_think_time_s_p90),
+        (p.tool_think_time_s_p50, p.tool_think_time_s_p90),
+    )
+    think[first] = 0.0
+    api = lognormal(r["time"], p.api_time_s_p50, p.api_time_s_p90, row_st.size)
+    prev_api = np.concatenate([[0.0], api[:-1]])
+    rel = _segmented_cumsum(np.where(first, 0.0, prev_api + think), s, row_st)
+    main_start = s.start[~s.is_sub]  # per session
+    sub = np.flatnonzero(s.is_sub)
+    parent_row = main_start[s.session[sub]] + s.spawn[sub]
+    if sub.size:
+        last = s.start[sub] + s.length[sub] - 1
+        waits = s.spawn[sub] + 1 < s.main_len[s.session[sub]]
+        np.maximum.at(think, parent_row[waits] + 1, rel[last][waits] + api[last][waits])
+        rel = _segmented_cumsum(np.where(first, 0.0, prev_api + think), s, row_st)
+    session_t0 = np.cumsum(r["time"].exponential(1.0 / p.session_rate_per_s, s.main_len.size))
+    offset = (session_t0 - session_t0[0])[s.session]
+    offset[sub] += rel[parent_row] + api[parent_row]
+    return offset[row_st] + rel, think
 
 
 def synthesize(
@@ -222,187 +217,108 @@ def synthesize(
     p = dataclasses.replace(params or SynthParams(), **overrides)
     if (n_sessions is None) == (n_calls is None):
         raise UsageError("give either n_sessions or n_calls")
-    if (
-        (n_sessions if n_sessions is not None else n_calls) < 1
-        or not isinstance(seed, int)
-        or seed < 0
-    ):
-        raise UsageError(
-            f"n_sessions / n_calls must be ≥ 1 and seed a non-negative integer, got {n_sessions or n_calls}, {seed!r}"
-        )
-    # One stream per concern, so e.g. --calls and --sessions draw the same session lengths.
-    streams = np.random.SeedSequence(seed).spawn(5)
+    for name, v in (("n_sessions", n_sessions), ("n_calls", n_calls)):
+        if v is not None and (not isinstance(v, (int, np.integer)) or v < 1):
+            raise UsageError(f"{name} must be a positive integer, got {v!r}")
+    if not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise UsageError(f"seed must be a non-negative integer, got {seed!r}")
+    # One random stream per concern: a change in one knob leaves the other draws alone.
+    keys = ("len", "sub", "row", "time", "first")
     r = {
-        k: np.random.default_rng(s)
-        for k, s in zip(("len", "sub", "row", "time", "first"), streams, strict=True)
+        k: np.random.default_rng(q)
+        for k, q in zip(keys, np.random.SeedSequence(seed).spawn(5), strict=True)
     }
-
-    main_len, resumed = _session_lengths(r["len"], p, n_sessions, n_calls)
-    n = main_len.size
-    # Sub-agents: which sessions, how many, where in the parent they start, how many calls.
-    has_sub = r["sub"].random(n) < p.subagent_session_share
-    n_sub = np.where(has_sub, 1 + r["sub"].poisson(max(p.subagents_per_session_mean - 1, 0), n), 0)
-    sub_session = np.repeat(np.arange(n), n_sub)
-    sub_spawn = np.floor(
-        r["sub"].random(sub_session.size) * np.maximum(main_len[sub_session] - 1, 1)
-    ).astype(np.int64)
-    sub_len = _tokens(
-        _lognormal(r["sub"], p.subagent_calls_p50, p.subagent_calls_p90, sub_session.size)
-    )
-    sub_rank = np.arange(sub_session.size) - np.repeat(np.cumsum(n_sub) - n_sub, n_sub) + 1
-
-    # Streams (one per agent), session-major: main agent (rank 0), then its sub-agents.
-    st_session = np.concatenate([np.arange(n), sub_session])
-    st_rank = np.concatenate([np.zeros(n, np.int64), sub_rank])
-    order = np.lexsort((st_rank, st_session))
-    st_session, st_rank = st_session[order], st_rank[order]
-    st_len = np.concatenate([main_len, sub_len])[order]
-    st_spawn = np.concatenate([np.full(n, -1), sub_spawn])[order]
-    st_start = np.cumsum(st_len) - st_len
-    is_sub_st = st_rank > 0
-    st_base = np.where(is_sub_st, p.subagent_shared_prefix_tokens, p.shared_prefix_tokens).astype(
-        np.int64
-    )
-    # Resumed sessions already hold more than a short window allows, so only fresh ones may
-    # run on the early (short-window) limit.
-    early = ~resumed & (r["sub"].random(n) < p.early_limit_share)
-    st_limit = np.where(
-        early, min(p.early_limit_tokens, p.context_limit_tokens), p.context_limit_tokens
-    )[st_session].astype(np.int64)
-    st_resumed = resumed[st_session] & ~is_sub_st
-    room = (st_limit - st_base).astype(np.float64)
-    first_in = np.select(
-        [is_sub_st, st_resumed],
-        [
-            _lognormal_below(
-                r["first"],
-                p.subagent_first_input_tokens_p50,
-                p.subagent_first_input_tokens_p90,
-                st_limit,
-            ),
-            _lognormal_below(
-                r["first"],
-                p.resumed_first_input_tokens_p50,
-                p.resumed_first_input_tokens_p90,
-                st_limit,
-            ),
-        ],
-        st_base
-        + _lognormal_below(
-            r["first"], p.fresh_first_extra_tokens_p50, p.fresh_first_extra_tokens_p90, room
-        ),
-    )
-    st_first_in = np.minimum(np.maximum(_tokens(first_in), st_base + 1), st_limit)
+    s = _streams(r, p, n_sessions, n_calls)
 
     # Rows, stream-major: per-call draws as whole arrays.
-    N = int(st_len.sum())
-    row_st = np.repeat(np.arange(st_len.size), st_len)
+    N = int(s.length.sum())
+    row_st = np.repeat(np.arange(s.length.size), s.length)
     first = np.zeros(N, np.bool_)
-    first[st_start] = True
-    row_sub = is_sub_st[row_st]
+    first[s.start] = True
+    row_sub = s.is_sub[row_st]
     user = ~first & ~row_sub & (r["row"].random(N) < p.user_turn_share)
-    appended = _tokens(
-        np.where(
-            user,
-            _lognormal(r["row"], p.user_appended_tokens_p50, p.user_appended_tokens_p90, N),
-            _lognormal(r["row"], p.tool_appended_tokens_p50, p.tool_appended_tokens_p90, N),
+    user_appended = (p.user_appended_tokens_p50, p.user_appended_tokens_p90)
+    appended = whole_tokens(
+        lognormal_by(
+            r["row"], user, user_appended, (p.tool_appended_tokens_p50, p.tool_appended_tokens_p90)
         )
     )
-    output = _tokens(_lognormal(r["row"], p.output_tokens_p50, p.output_tokens_p90, N))
-    base, limit = st_base[row_st], st_limit[row_st]
+    output = whole_tokens(lognormal(r["row"], p.output_tokens_p50, p.output_tokens_p90, N))
+    base, limit = s.base[row_st], s.limit[row_st]
     # Summary and one append each fit in half the room above the prefix, so the call after a
     # compaction never has to compact again (binding only for small limits).
     half_room = np.maximum((limit - base) // 2, 1)
     summary = np.minimum(
-        _tokens(_lognormal(r["row"], p.summary_tokens_p50, p.summary_tokens_p90, N)), half_room
+        whole_tokens(lognormal(r["row"], p.summary_tokens_p50, p.summary_tokens_p90, N)), half_room
     )
     appended = np.minimum(appended, np.maximum(half_room - 1, 1))
     broken = r["row"].random(N) < p.prefix_break_share
-    keep = np.where(broken, PREFIX_BREAK_MAX_KEEP * r["row"].random(N), 1.0)
+    kept_share = np.ones(N)
+    kept_share[broken] = PREFIX_BREAK_MAX_KEEP * r["row"].random(int(broken.sum()))
     input_tokens, reused = np.empty(N, np.int64), np.empty(N, np.int64)
     compaction = np.zeros(N, np.bool_)
     _grow_context(
         first,
-        st_first_in[row_st],
+        s.first_input[row_st],
         appended,
         summary,
-        keep,
+        kept_share,
         base,
         limit,
         input_tokens,
         reused,
         compaction,
     )
-
-    # Times: t_k = t_k-1 + api_k-1 + think_k inside a stream; a parent waits for its sub-agents.
-    think = np.where(
-        user,
-        _lognormal(r["time"], p.user_think_time_s_p50, p.user_think_time_s_p90, N),
-        _lognormal(r["time"], p.tool_think_time_s_p50, p.tool_think_time_s_p90, N),
-    )
-    think[first] = 0.0
-    api = _lognormal(r["time"], p.api_time_s_p50, p.api_time_s_p90, N)
-    prev_api = np.concatenate([[0.0], api[:-1]])
-    rel = _segmented_cumsum(np.where(first, 0.0, prev_api + think), st_start, row_st)
-    main_st_of_session = st_start[~is_sub_st]  # first row of each session's main stream
-    sub_st = np.flatnonzero(is_sub_st)
-    if sub_st.size:
-        last = st_start[sub_st] + st_len[sub_st] - 1
-        parent_row = main_st_of_session[st_session[sub_st]] + st_spawn[sub_st]
-        waits = (
-            parent_row + 1 < main_st_of_session[st_session[sub_st]] + main_len[st_session[sub_st]]
-        )
-        np.maximum.at(think, parent_row[waits] + 1, rel[last][waits] + api[last][waits])
-        rel = _segmented_cumsum(np.where(first, 0.0, prev_api + think), st_start, row_st)
-    session_t0 = np.cumsum(r["time"].exponential(1.0 / p.session_rate_per_s, n))
-    session_t0 -= session_t0[0]
-    st_offset = session_t0[st_session]
-    if sub_st.size:
-        st_offset[sub_st] += rel[parent_row] + api[parent_row]
-    t = st_offset[row_st] + rel
+    t, think = _times(r, p, s, row_st, first, user)
 
     # Interleave sub-agent calls by time; only sessions with sub-agents need reordering.
-    row_session = st_session[row_st]
+    row_session = s.session[row_st]
     perm = np.arange(N)
-    mixed = np.flatnonzero(has_sub[row_session])
+    mixed = np.flatnonzero(s.has_sub[row_session])
     if mixed.size:
         perm[mixed] = mixed[np.lexsort((row_st[mixed], t[mixed], row_session[mixed]))]
-    session_rows = np.bincount(row_session, minlength=n)
-    session_first_row = np.cumsum(session_rows) - session_rows
-    keep = N if n_calls is None else n_calls
-    perm = perm[:keep]
+    rows = N if n_calls is None else n_calls  # cutting the last session keeps a valid prefix
+    perm = perm[:rows]
+    trigger = np.select([compaction, first & row_sub, first | user], [3, 2, 0], 1)[perm]
+    per_session = np.bincount(row_session, minlength=s.main_len.size)
     rs = row_session[perm]
-    trigger = np.select(
-        [compaction[perm], first[perm] & row_sub[perm], first[perm] | user[perm]], [3, 2, 0], 1
-    ).astype(np.int64)
+    cols = {
+        "call_index": np.arange(rows) - (np.cumsum(per_session) - per_session)[rs],
+        "t_start_s": t[perm],
+        "input_tokens": input_tokens[perm],
+        "reused_prefix_tokens": reused[perm],
+        "new_tokens": input_tokens[perm] - reused[perm],
+        "output_tokens": output[perm],
+        "is_compaction": compaction[perm],
+        "shared_prefix_tokens": base[perm],
+        "trigger": pl.Series(TRIGGERS).gather(trigger),
+        "think_time_s": think[perm],
+    }
+    run = {"seed": int(seed), "n_sessions": n_sessions, "n_calls": n_calls}
+    return _frame(s, p, rs, s.rank[row_st[perm]], cols, run)
+
+
+def _frame(
+    s: _Streams, p: SynthParams, rs: np.ndarray, rank: np.ndarray, cols: dict, run: dict
+) -> Trace:
     # Strings are gathered from small tables: building 10M strings by expression is slower.
+    n, rows = s.main_len.size, rs.size
     width = max(6, len(str(n - 1)))
     names = pl.Series(np.char.add("s", np.char.zfill(np.arange(n).astype(str), width)))
-    rank = st_rank[row_st[perm]]
     agents = pl.Series([None, *(f"sub{k}" for k in range(1, int(rank.max()) + 1))], dtype=pl.String)
+    const = np.zeros(rows, np.int64)
     calls = pl.DataFrame(
         {
             "session_id": names.gather(rs),
-            "call_index": np.arange(keep) - session_first_row[rs],
             "agent_id": agents.gather(rank),
-            "t_start_s": t[perm],
-            "input_tokens": input_tokens[perm],
-            "reused_prefix_tokens": reused[perm],
-            "new_tokens": input_tokens[perm] - reused[perm],
-            "output_tokens": output[perm],
-            "is_compaction": compaction[perm],
-            "shared_prefix_tokens": base[perm],
-            "block_size_tokens": pl.Series([None], dtype=pl.Int64).gather(np.zeros(keep, np.int64)),
-            "block_hashes": pl.Series([None], dtype=pl.List(pl.UInt64)).gather(
-                np.zeros(keep, np.int64)
-            ),
-            "trigger": pl.Series(TRIGGERS).gather(trigger),
-            "think_time_s": think[perm],
-            "model": pl.Series([p.model], dtype=pl.String).gather(np.zeros(keep, np.int64)),
-            "source": pl.Series(["synth"]).gather(np.zeros(keep, np.int64)),
+            **cols,
+            "block_size_tokens": pl.Series([None], dtype=pl.Int64).gather(const),
+            "block_hashes": pl.Series([None], dtype=pl.List(pl.UInt64)).gather(const),
+            "model": pl.Series([p.model], dtype=pl.String).gather(const),
+            "source": pl.Series(["synth"]).gather(const),
         }
     )
-    options = {"seed": seed, "n_sessions": n_sessions, "n_calls": n_calls, **p.as_dict()}
+    options = {**run, **p.as_dict()}
     return Trace(
         S.conform(calls),
         trace_metadata("synth", block_size_tokens=None, hash_scope="none", options=options),
