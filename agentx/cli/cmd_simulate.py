@@ -15,7 +15,7 @@ from agentx.dynamics.engine import POOLS
 
 @click.command(
     "simulate",
-    epilog="Example: agentx simulate w.parquet --hw gb200 --gpus 32 --policy pi --pools disaggregated -o runs/sim-gb200",
+    epilog="Example: agentx simulate w.parquet --hw gb200 --policy pi -o runs/sim",
 )
 @click.argument("trace", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--hw", required=True, help="System name (agentx hw list), e.g. gb200, b200.")

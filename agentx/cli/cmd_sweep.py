@@ -16,7 +16,7 @@ def _names(value: str | None) -> list[str] | None:
 
 @click.command(
     "sweep",
-    epilog="Example: agentx sweep seed-study -o runs/seed  (or: agentx sweep --hw b200,gb200 --gpus 16,32 --model kimi-k2 -o runs/s)",
+    epilog="Example: agentx sweep seed-study -o runs/seed-study",
 )
 @click.argument("scenario", required=False)
 @click.option(
