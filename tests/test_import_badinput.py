@@ -145,6 +145,14 @@ def test_damaged_files_one_line_each(tmp_path):
         1,
         f"Error: {empty}: no Weka session files (*.json or *.json.gz) in this folder",
     )
+    twice = tmp_path / "twice"
+    twice.mkdir()
+    write_session(twice, SMALL, "trace_0001.json")
+    write_session(twice, SMALL, "trace_0001.json.gz")
+    assert first_line("weka", twice, tmp_path / "o.parquet") == (
+        1,
+        f"Error: {twice}: two files hold session 'trace_0001' (trace_0001.json and trace_0001.json.gz)",
+    )
     missing = tmp_path / "nope"
     assert first_line("weka", missing, tmp_path / "o.parquet") == (
         1,

@@ -38,7 +38,18 @@ def session_files(source: Path) -> list[Path]:
     files = sorted(p for p in source.iterdir() if p.name.endswith((".json", ".json.gz")))
     if not files:
         raise InputError(source, "no Weka session files (*.json or *.json.gz) in this folder")
+    seen: set[str] = set()
+    for p in files:
+        if (name := session_name(p)) in seen:
+            raise InputError(
+                source, f"two files hold session '{name}' ({name}.json and {name}.json.gz)"
+            )
+        seen.add(name)
     return files
+
+
+def session_name(path: Path) -> str:
+    return path.name.removesuffix(".gz").removesuffix(".json")
 
 
 def session_offsets_s(n: int, session_rate_per_s: float, seed: int) -> np.ndarray:
@@ -71,9 +82,8 @@ def load_weka(
     for code, path in enumerate(progress(files, label="weka", enabled=progress_bar)):
         s, ids = read_session(path)
         order, reused, session_values, session_lens = _blocks(s, ids)
-        stem = path.name.removesuffix(".gz").removesuffix(".json")
         s.cols.update(
-            session_id=[stem] * len(order),
+            session_id=[session_name(path)] * len(order),
             t_start_s=[t + offsets_s[code] for t in s.cols["t"]],
             reused_prefix_tokens=reused.tolist(),
         )
