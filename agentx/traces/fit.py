@@ -27,8 +27,8 @@ REPORTED = (
     "input_tokens",
 )
 _MAIN = pl.col("agent_id").is_null()
-# A fresh session's first prompt is the shared prefix plus a short request (W603: 323 of 603).
 _BREAK = pl.col("reused_prefix_tokens") < PREFIX_BREAK_MAX_KEEP * pl.col("_prev_input")
+# A fresh session's first prompt is the shared prefix plus a short request (W603: 323 of 603).
 _FRESH = pl.col("input_tokens") < 2 * pl.col("shared_prefix_tokens")
 
 

@@ -162,14 +162,14 @@ def _streams(r: dict, p: SynthParams, n_sessions: int | None, n_calls: int | Non
     )
 
 
-def _segmented_cumsum(inc: np.ndarray, s: _Streams, row_st: np.ndarray) -> np.ndarray:
+def _segmented_cumsum(inc: np.ndarray, s: _Streams) -> np.ndarray:
     """Cumulative sum restarting at every stream start (``inc`` is 0 on those rows)."""
     cs = np.cumsum(inc)
-    return cs - cs[s.start][row_st]
+    return cs - np.repeat(cs[s.start], s.length)
 
 
 def _times(
-    r: dict, p: SynthParams, s: _Streams, row_st, first, user
+    r: dict, p: SynthParams, s: _Streams, first: np.ndarray, user: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Arrival and think time per row: t_k = t_k-1 + api_k-1 + think_k inside a stream, and a
     parent's next call waits until its sub-agents spawned before it have finished."""
@@ -180,9 +180,9 @@ def _times(
         (p.tool_think_time_s_p50, p.tool_think_time_s_p90),
     )
     think[first] = 0.0
-    api = lognormal(r["time"], p.api_time_s_p50, p.api_time_s_p90, row_st.size)
+    api = lognormal(r["time"], p.api_time_s_p50, p.api_time_s_p90, first.size)
     prev_api = np.concatenate([[0.0], api[:-1]])
-    rel = _segmented_cumsum(np.where(first, 0.0, prev_api + think), s, row_st)
+    rel = _segmented_cumsum(np.where(first, 0.0, prev_api + think), s)
     main_start = s.start[~s.is_sub]  # per session
     sub = np.flatnonzero(s.is_sub)
     parent_row = main_start[s.session[sub]] + s.spawn[sub]
@@ -190,11 +190,11 @@ def _times(
         last = s.start[sub] + s.length[sub] - 1
         waits = s.spawn[sub] + 1 < s.main_len[s.session[sub]]
         np.maximum.at(think, parent_row[waits] + 1, rel[last][waits] + api[last][waits])
-        rel = _segmented_cumsum(np.where(first, 0.0, prev_api + think), s, row_st)
+        rel = _segmented_cumsum(np.where(first, 0.0, prev_api + think), s)
     session_t0 = np.cumsum(r["time"].exponential(1.0 / p.session_rate_per_s, s.main_len.size))
     offset = (session_t0 - session_t0[0])[s.session]
     offset[sub] += rel[parent_row] + api[parent_row]
-    return offset[row_st] + rel, think
+    return np.repeat(offset, s.length) + rel, think
 
 
 def synthesize(
@@ -235,7 +235,7 @@ def synthesize(
     row_st = np.repeat(np.arange(s.length.size), s.length)
     first = np.zeros(N, np.bool_)
     first[s.start] = True
-    row_sub = s.is_sub[row_st]
+    row_sub = np.repeat(s.is_sub, s.length)
     user = ~first & ~row_sub & (r["row"].random(N) < p.user_turn_share)
     user_appended = (p.user_appended_tokens_p50, p.user_appended_tokens_p90)
     appended = whole_tokens(
@@ -244,7 +244,7 @@ def synthesize(
         )
     )
     output = whole_tokens(lognormal(r["row"], p.output_tokens_p50, p.output_tokens_p90, N))
-    base, limit = s.base[row_st], s.limit[row_st]
+    base, limit = np.repeat(s.base, s.length), np.repeat(s.limit, s.length)
     # Summary and one append each fit in half the room above the prefix, so the call after a
     # compaction never has to compact again (binding only for small limits).
     half_room = np.maximum((limit - base) // 2, 1)
@@ -259,7 +259,7 @@ def synthesize(
     compaction = np.zeros(N, np.bool_)
     _grow_context(
         first,
-        s.first_input[row_st],
+        np.repeat(s.first_input, s.length),
         appended,
         summary,
         kept_share,
@@ -269,33 +269,38 @@ def synthesize(
         reused,
         compaction,
     )
-    t, think = _times(r, p, s, row_st, first, user)
+    t, think = _times(r, p, s, first, user)
 
     # Interleave sub-agent calls by time; only sessions with sub-agents need reordering.
-    row_session = s.session[row_st]
-    perm = np.arange(N)
+    row_session = np.repeat(s.session, s.length)
     mixed = np.flatnonzero(s.has_sub[row_session])
-    if mixed.size:
-        perm[mixed] = mixed[np.lexsort((row_st[mixed], t[mixed], row_session[mixed]))]
+    order = mixed[np.lexsort((row_st[mixed], t[mixed], row_session[mixed]))]
     rows = N if n_calls is None else n_calls  # cutting the last session keeps a valid prefix
-    perm = perm[:rows]
-    trigger = np.select([compaction, first & row_sub, first | user], [3, 2, 0], 1)[perm]
+
+    def final(x: np.ndarray) -> np.ndarray:
+        """``x`` in output order: rows of sessions with sub-agents sorted by time, then cut."""
+        y = x.copy()
+        y[mixed] = x[order]
+        return y[:rows]
+
+    trigger = final(np.select([compaction, first & row_sub, first | user], [3, 2, 0], 1))
     per_session = np.bincount(row_session, minlength=s.main_len.size)
-    rs = row_session[perm]
+    rs = row_session[:rows]  # sorting within sessions leaves every row's session in place
+    input_tokens, reused = final(input_tokens), final(reused)
     cols = {
         "call_index": np.arange(rows) - (np.cumsum(per_session) - per_session)[rs],
-        "t_start_s": t[perm],
-        "input_tokens": input_tokens[perm],
-        "reused_prefix_tokens": reused[perm],
-        "new_tokens": input_tokens[perm] - reused[perm],
-        "output_tokens": output[perm],
-        "is_compaction": compaction[perm],
-        "shared_prefix_tokens": base[perm],
+        "t_start_s": final(t),
+        "input_tokens": input_tokens,
+        "reused_prefix_tokens": reused,
+        "new_tokens": input_tokens - reused,
+        "output_tokens": final(output),
+        "is_compaction": final(compaction),
+        "shared_prefix_tokens": final(base),
         "trigger": pl.Series(TRIGGERS).gather(trigger),
-        "think_time_s": think[perm],
+        "think_time_s": final(think),
     }
     run = {"seed": int(seed), "n_sessions": n_sessions, "n_calls": n_calls}
-    return _frame(s, p, rs, s.rank[row_st[perm]], cols, run)
+    return _frame(s, p, rs, final(np.repeat(s.rank, s.length)), cols, run)
 
 
 def _frame(
