@@ -123,7 +123,7 @@ def test_cli_table_and_json_on_the_bundled_sample():
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
     assert lines[0].split() == ["metric", "value"]
-    table = {line[:30].strip(): line[30:].strip() for line in lines[2:16]}
+    table = {line[:30].strip(): line[30:].strip() for line in lines[2:17]}
     assert table["sessions"] == "5" and table["calls"] == "445"
     assert table["sub-agent calls"] == "23 (3 sub-agents)"
     assert table["prefix reuse, token-weighted"] == "94.7 %"

@@ -31,9 +31,10 @@ def command(trace, as_json) -> None:
     reuse = stats["prefix_reuse_token_weighted"]
     summary = [
         ("source", stats["source"]),
+        ("hash scope", stats["hash_scope"]),
         (
-            "hash scope / block size",
-            f"{stats['hash_scope']} / {stats['block_size_tokens'] or '-'} tokens",
+            "block size",
+            f"{stats['block_size_tokens']} tokens" if stats["block_size_tokens"] else "-",
         ),
         ("sessions", f"{stats['sessions']:,}"),
         ("calls", f"{stats['calls']:,}"),
