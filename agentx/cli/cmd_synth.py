@@ -61,7 +61,7 @@ DEFAULT_SESSIONS = 100
 def command(output, sessions, calls, seed, rate_per_s, context_limit_tokens, like, as_json) -> None:
     """Generate agentic sessions: context growth, outputs, think times, sub-agents, compaction.
 
-    Distributions default to the Weka Claude Code statistics (traces/SOURCES.md §2); with
+    Distributions default to the Weka Claude Code statistics (shared/traces/SOURCES.md §2); with
     --like they are fitted to a real trace and a real-vs-synthetic table (p50/p90/p99 and
     the Kolmogorov–Smirnov distance) is printed.
     """
