@@ -16,7 +16,11 @@ a leading run of full blocks of its agent's previous prompt and appends new cont
 from __future__ import annotations
 
 import polars as pl
-from hypothesis import strategies as st
+
+try:
+    from hypothesis import strategies as st
+except ImportError as exc:  # a test extra, like polars.testing.parametric
+    raise ImportError("agentx.testing needs hypothesis: pip install 'agentx[test]'") from exc
 
 from agentx.traces import schema as S
 from agentx.traces.io import Trace, trace_metadata
