@@ -21,13 +21,18 @@ def runs(tmp_path_factory):
     return root / "runs"
 
 
+@pytest.fixture(scope="module")
+def built(runs):
+    return build_report([runs])
+
+
 def specs_of(page: str) -> dict:
     m = re.search(r"const specs = (\{.*?\});\n", page, re.S)
     return json.loads(m.group(1).replace("<\\/", "</"))
 
 
-def test_report_is_self_contained(runs):
-    page, charts = build_report([runs])
+def test_report_is_self_contained(built):
+    page, charts = built
     # no network at view time: no external scripts, stylesheets or fetches
     assert not re.search(r"<script[^>]+src=", page)
     assert not re.search(r"<link[^>]+href=", page)
@@ -52,10 +57,10 @@ def test_report_is_self_contained(runs):
         assert f"<h2>{title}</h2>" in page
 
 
-def test_report_tables_hold_the_figures(runs):
+def test_report_tables_hold_the_figures(runs, built):
     import polars as pl
 
-    page, _ = build_report([runs])
+    page, _ = built
     c = pl.read_parquet(runs / "replay-gb200" / "calls.parquet")
     jpt = c["total_energy_j"].sum() / c["output_tokens"].sum()
     assert f'<td class="n">{jpt:,.4g}</td>' in page
@@ -94,8 +99,8 @@ def test_table_html_escapes_and_formats():
     assert "&lt;b&gt;" in html and "1.500e+11" in html and ">yes<" in html
 
 
-def test_headline_and_verdicts(runs):
-    page, _ = build_report([runs])
+def test_headline_and_verdicts(built):
+    page, _ = built
     assert (
         "<h2>Headline figures per run</h2>" in page and "<h2>SEED checks (1 = agrees)</h2>" in page
     )

@@ -26,6 +26,7 @@ from agentx.analysis.queries import get_query
 from agentx.analysis.views import Database, open_db
 from agentx.errors import InputError
 from agentx.io import atomic_path, write_text_atomic
+from agentx.progress import progress
 
 VL_VERSION = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
 
@@ -252,8 +253,10 @@ def write_report(
     out: os.PathLike | str,
     *,
     png_dir: os.PathLike | str | None = None,
+    progress_bar: bool | None = None,
 ) -> list[Path]:
-    """Write the HTML report (and SVG + PNG of each chart under ``png_dir``); return the files written."""
+    """Write the HTML report (and SVG + PNG of each chart under ``png_dir``); return the files
+    written. Exporting draws a progress bar when stderr is a terminal (``progress_bar`` forces it)."""
     page, charts = build_report(run_dirs)
     write_text_atomic(out, page)
     written = [Path(out)]
@@ -261,7 +264,7 @@ def write_report(
         import vl_convert as vlc
 
         folder = Path(png_dir)
-        for slug, spec in charts:
+        for slug, spec in progress(charts, label="export charts", enabled=progress_bar):
             svg = folder / f"{slug}.svg"
             write_text_atomic(svg, vlc.vegalite_to_svg(spec, vl_version=VL_VERSION))
             png = folder / f"{slug}.png"

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from agentx.cli._common import quiet_option
+
 
 @click.command("report", epilog="Example: agentx report runs/ -o report.html --png-dir slides/")
 @click.argument(
@@ -26,7 +28,7 @@ import click
     type=click.Path(file_okay=False, path_type=Path),
     help="Also export each chart as SVG and PNG into this folder.",
 )
-@click.option("-q", "--quiet", is_flag=True, help="Do not print the files written.")
+@quiet_option
 def command(run_dirs, output, png_dir, quiet) -> None:
     """Tables and charts of RUN_DIRS (run directories or folders of them) in one HTML file.
 
@@ -44,6 +46,8 @@ def command(run_dirs, output, png_dir, quiet) -> None:
                 f"output '{output if png_dir is None else png_dir}' lies inside the run folder '{d}'; choose another path"
             )
     ensure_distinct(output, run_dirs)
-    for path in write_report(run_dirs, output, png_dir=png_dir):
+    for path in write_report(
+        run_dirs, output, png_dir=png_dir, progress_bar=False if quiet else None
+    ):
         if not quiet:
             click.echo(str(path))
