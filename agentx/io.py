@@ -40,6 +40,10 @@ def atomic_path(path: os.PathLike | str, suffix: str | None = None) -> Iterator[
     )
     os.close(fd)
     tmp_path = Path(tmp)
+    # mkstemp creates 0600; outputs should get the permissions of any newly created file.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp_path, 0o666 & ~umask)
     try:
         yield tmp_path
         os.replace(tmp_path, dest)
