@@ -33,13 +33,18 @@ def _by_agent(df: pl.DataFrame) -> pl.DataFrame:
     n=st.integers(1, 25),
     limit=st.integers(40_000, 1_500_000),
     sub_share=st.sampled_from([0.0, 0.3, 1.0]),
+    by_calls=st.booleans(),
 )
-def test_invariants_hold_for_any_seed_and_limit(seed, n, limit, sub_share):
+def test_invariants_hold_for_any_seed_and_limit(seed, n, limit, sub_share, by_calls):
+    size = {"n_calls": 40 * n} if by_calls else {"n_sessions": n}
     df = synthesize(
-        n, seed=seed, context_limit_tokens=limit, subagent_session_share=sub_share
+        **size, seed=seed, context_limit_tokens=limit, subagent_session_share=sub_share
     ).calls
     validate(df)
-    assert df["session_id"].n_unique() == n
+    if by_calls:
+        assert df.height == 40 * n
+    else:
+        assert df["session_id"].n_unique() == n
     assert df["input_tokens"].max() <= limit  # SEED-6: compaction keeps the context under it
     d = _by_agent(df)
     first = d.filter(pl.col("k") == 0)
