@@ -183,3 +183,14 @@ def test_table_prints_booleans_as_words(data):
     )
     assert r.exit_code == 0
     assert r.output.splitlines()[2].split()[0] == "true"
+
+
+def test_json_output_is_strict_json(data):
+    _, trace = data
+    r = invoke(
+        "sql", "SELECT 'nan'::DOUBLE AS a, 'inf'::DOUBLE AS b, 1.5 AS c", trace, "--format", "json"
+    )
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}")) == [
+        {"a": None, "b": None, "c": 1.5}
+    ]

@@ -13,6 +13,7 @@ from polars.testing import assert_frame_equal
 
 from agentx.analysis import QueryError, get_query, list_queries, open_db
 from agentx.errors import InputError, UnknownNameError
+from agentx.runs import write_run
 
 
 @pytest.fixture(scope="module")
@@ -215,6 +216,15 @@ def test_bad_inputs_name_the_file(tmp_path):
         open_db([bad])
     with pytest.raises(InputError, match="no such run folder"):
         open_db(runs=[tmp_path / "missing"])
+    run = write_run(
+        tmp_path / "runs" / "r", "replay", {"stages": pl.DataFrame({"stage": ["prefill"]})}
+    )
+    (run / "stages.parquet").write_bytes(b"truncated")
+    with pytest.raises(InputError, match=r"r/stages.parquet: not a readable Parquet file"):
+        open_db(runs=[tmp_path / "runs"])
+    (run / "run.json").write_text("{not json")
+    with pytest.raises(InputError, match=r"run.json: expected JSON, got a parse error at line 1"):
+        open_db(runs=[tmp_path / "runs"])
 
 
 @settings(max_examples=15, deadline=None)

@@ -98,7 +98,12 @@ def render(df: pl.DataFrame, fmt: str) -> str:
     if fmt == "csv":
         return df.write_csv()
     if fmt == "json":
-        return json.dumps(df.to_dicts(), indent=2, default=_json_value) + "\n"
+        # NaN and ±inf are not JSON: they become null, as in pandas' and polars' JSON writers.
+        floats = [c for c, t in df.schema.items() if t.is_float()]
+        clean = df.with_columns(
+            pl.when(pl.col(c).is_finite()).then(pl.col(c)).alias(c) for c in floats
+        )
+        return json.dumps(clean.to_dicts(), indent=2, default=_json_value, allow_nan=False) + "\n"
     # format_table prints bools as integers (bool is an int); SQL users expect true/false.
     bools = [pl.col(c).cast(pl.String) for c, t in df.schema.items() if t == pl.Boolean]
     return format_table(df.with_columns(bools) if bools else df)
