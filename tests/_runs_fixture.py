@@ -226,6 +226,9 @@ def make_runs(root: Path, trace_path: Path) -> dict[str, Path]:
             },
             "hbm_peak_bytes_per_gpu": 40e9 + 20e9 * speed + 4e9,
             "j_per_output_token": calls["total_energy_j"].sum() / calls["output_tokens"].sum(),
+            "kv_tiers": {
+                "hit_ratio": calls["kv_hbm_hit_tokens"].sum() / calls["reused_prefix_tokens"].sum()
+            },
         }
         out[f"replay-{system}"] = write_run(
             root / f"replay-{system}",

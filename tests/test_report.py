@@ -107,6 +107,7 @@ def test_headline_and_verdicts(built):
     assert '<td class="s">seed19_gb200_leads_decode_most_of_curve</td>' in page
     # the simulate run's energy key lands in the same column as the replays'
     assert '<td class="s">sim</td><td class="n">2.5</td>' in page
+    assert "<h2>KV tiers (replay summary)</h2>" in page and '<td class="s">hit_ratio</td>' in page
 
 
 PRODUCERS = (

@@ -51,6 +51,8 @@ HEADLINE_SQL = (
     )
     + f" FROM summary WHERE key IN ({', '.join(repr(k) for k in _ALL_KEYS)}) GROUP BY run ORDER BY run"
 )
+# Replays run with the tier model summarise it under "kv_tiers.*" (capacities, hits, bytes).
+KV_TIERS_SQL = "SELECT run, substr(key, 10) AS figure, value FROM summary WHERE key LIKE 'kv_tiers.%' ORDER BY run, key"
 # Runs that check SEED claims (sweeps) record each verdict under summary key "verdict.*".
 VERDICT_SQL = "SELECT run, substr(key, 9) AS check, value FROM summary WHERE key LIKE 'verdict.%' ORDER BY run, key"
 
@@ -82,6 +84,9 @@ def collect_sections(db: Database) -> list[Section]:
     verdicts = q(VERDICT_SQL)
     if verdicts.height:
         out.append(Section("SEED checks (1 = agrees)", verdicts))
+    tiers = q(KV_TIERS_SQL)
+    if tiers.height:
+        out.append(Section("KV tiers (replay summary)", tiers))
     if "stages" in v:
         out.append(
             Section(
