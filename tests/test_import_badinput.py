@@ -126,7 +126,9 @@ def test_damaged_files_one_line_each(tmp_path):
     bad_json = tmp_path / "trace_0003.json"
     bad_json.write_text(json.dumps(SMALL)[:-40])
     code, line = first_line("weka", bad_json, tmp_path / "o.parquet")
-    assert code == 1 and line.startswith(f"Error: {bad_json}: not valid JSON (")
+    assert (
+        code == 1 and line.startswith(f"Error: {bad_json}: not valid JSON: ") and line.endswith(")")
+    )
     not_object = write_session(tmp_path, [1, 2], "trace_0004.json")
     assert first_line("weka", not_object, tmp_path / "o.parquet") == (
         1,
@@ -231,8 +233,9 @@ def test_other_formats_name_line_and_field(tmp_path):
         "line 2: field 'timestamp': expected times sorted through the file, got 0 after 9"
     )
     mc.write_text('{"timestamp": 0, "input_length": 6')
-    assert first_line("mooncake", mc, tmp_path / "o.parquet")[1].startswith(
-        f"Error: {mc}: line 1: not valid JSON ("
+    assert first_line("mooncake", mc, tmp_path / "o.parquet") == (
+        1,
+        f"Error: {mc}: line 1: not valid JSON: Expecting ',' delimiter (column 35)",
     )
 
     az = tmp_path / "az.csv"
@@ -348,3 +351,63 @@ def test_fuzz_damaged_bytes(tmp_path, data):
     else:
         assert load_trace("weka", path).calls.height > 0
     out.unlink(missing_ok=True)
+
+
+def _real_head(fmt: str) -> tuple[str, bytes]:
+    """The first lines of a real file of each other format (skipped when ../shared is absent)."""
+    from conftest import shared_path
+
+    where = {
+        "mooncake": ("mooncake-fast25", "conversation_trace.jsonl", 12),
+        "azure": ("azure-llm-2023", "AzureLLMInferenceTrace_conv.csv", 13),
+        "tracelab": ("tracelab-example", "round_trace.jsonl", 6),
+    }[fmt]
+    lines = shared_path(*where[:2]).read_bytes().splitlines(keepends=True)[: where[2]]
+    return where[1], b"".join(lines)
+
+
+@st.composite
+def other_format_damage(draw):
+    fmt = draw(st.sampled_from(["mooncake", "azure", "tracelab"]))
+    return fmt, draw(st.data())
+
+
+@settings(
+    max_examples=90, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(other_format_damage())
+def test_fuzz_other_formats(tmp_path, case):
+    fmt, data = case
+    name, blob = _real_head(fmt)
+    kind = data.draw(st.sampled_from(["field", "truncate", "flip"]))
+    if kind == "field" and fmt != "azure":
+        lines = blob.splitlines()
+        i = data.draw(st.integers(0, len(lines) - 1))
+        rec = json.loads(lines[i])
+        key = data.draw(st.sampled_from(sorted(rec)))
+        if data.draw(st.booleans()):
+            del rec[key]
+        else:
+            rec[key] = data.draw(BAD_VALUES)
+        lines[i] = json.dumps(rec).encode()
+        blob = b"\n".join(lines)
+    elif kind == "field":
+        rows = [r.split(b",") for r in blob.splitlines()]
+        i, j = data.draw(st.integers(0, len(rows) - 1)), data.draw(st.integers(0, 2))
+        rows[i][j] = data.draw(
+            st.sampled_from([b"-3", b"3.5", b"x", b"", b"2023-13-45 99:00:00", b"1e400"])
+        )
+        blob = b"\n".join(b",".join(r) for r in rows)
+    elif kind == "truncate":
+        blob = blob[: data.draw(st.integers(0, len(blob) - 1))]
+    else:
+        i = data.draw(st.integers(0, len(blob) - 1))
+        blob = blob[:i] + bytes([blob[i] ^ data.draw(st.integers(1, 255))]) + blob[i + 1 :]
+    path = tmp_path / name
+    path.write_bytes(blob)
+    try:
+        trace = load_trace(fmt, path)
+    except InputError as err:
+        assert str(err).startswith(f"{path}: ") and "\n" not in str(err)
+    else:
+        assert trace.calls.height > 0

@@ -46,9 +46,9 @@ def parse_json(path: Path, text: bytes | str, where: str | None = None) -> objec
     except UnicodeDecodeError:
         raise InputError(path, "not UTF-8 text", where=where) from None
     except json.JSONDecodeError as exc:
-        raise InputError(
-            path, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})", where=where
-        ) from None
+        # inside one JSON Lines record the record's own line number is already in ``where``
+        at = f"column {exc.colno}" if where else f"line {exc.lineno}, column {exc.colno}"
+        raise InputError(path, f"not valid JSON: {exc.msg} ({at})", where=where) from None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -22,8 +22,9 @@ def _first_bad(path: Path, bad: pl.Series, raw: pl.Series, field: str, expected:
     if bad.any():
         i = int(bad.arg_max())
         # line numbers count the header as line 1, as an editor shows them
+        got = "nothing" if raw[i] is None else repr(raw[i])
         raise InputError(
-            path, f"expected {expected}, got {raw[i]!r}", where=f"line {i + 2}", field=field
+            path, f"expected {expected}, got {got}", where=f"line {i + 2}", field=field
         )
 
 
