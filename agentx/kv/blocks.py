@@ -48,6 +48,8 @@ class BlockStream:
     n_blocks: int
     shared: np.ndarray  # bool per block: part of a cross-session shared prefix
     chain: np.ndarray  # per call: id of (session, agent, compaction epoch)
+    agent: np.ndarray  # per call: id of (session, agent)
+    compaction: np.ndarray  # per call: starts a compacted context
 
     @property
     def n_calls(self) -> int:
@@ -80,7 +82,7 @@ def build_blocks(
     write_pos = n_read.copy() if use_hashes else reused // bs
     ref_off = np.zeros(df.height + 1, np.int64)
     np.cumsum(n_read + n_blk - write_pos, out=ref_off[1:])
-    chain = _chains(df)
+    chain, agent = _chains(df)
     spt = df["shared_prefix_tokens"].to_numpy().astype(np.int64) // bs
     if not share_prefix:
         spt[:] = 0
@@ -109,6 +111,8 @@ def build_blocks(
         n_blocks=n_blocks,
         shared=shared,
         chain=chain,
+        agent=agent,
+        compaction=df["is_compaction"].to_numpy(),
     )
 
 
@@ -125,13 +129,19 @@ def _native_block_size(df: pl.DataFrame, trace: Trace) -> int:
     return int(sizes[0])
 
 
-def _chains(df: pl.DataFrame) -> np.ndarray:
-    """Chain id per call: a session's agent keeps one context until it compacts (SEED-6)."""
+def _chains(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(chain, agent) ids per call: an agent keeps one context until it compacts (SEED-6)."""
     agent = pl.col("agent_id").fill_null("")
     epoch = pl.col("is_compaction").cast(pl.Int64).cum_sum().over(["session_id", agent])
     key = df.select(pl.col("session_id"), agent, epoch.alias("epoch"))
-    ranks = key.select(pl.struct(pl.all()).rank("dense")).to_series()
-    return ranks.to_numpy().astype(np.int64) - 1
+    ranks = key.select(
+        pl.struct(pl.all()).rank("dense").alias("chain"),
+        pl.struct("session_id", "agent_id").rank("dense").alias("agent"),
+    )
+    return (
+        ranks["chain"].to_numpy().astype(np.int64) - 1,
+        ranks["agent"].to_numpy().astype(np.int64) - 1,
+    )
 
 
 SMALL = 1 << 32  # hash values below this are offset per namespace; larger ones are ranked
@@ -152,9 +162,15 @@ def _hash_ids(df, scope, m, geo, id0, out) -> int:
         ns = df["session_id"].rank("dense").to_numpy().astype(np.int64) - 1
     n_ns = int(ns.max()) + 1 if ns.size else 1
     top = _ns_top(flat, hoff, lens, ns, n_ns)
+    small = flat.size - int(((flat >= SMALL) | (flat < 0)).sum())
+    if int(top.sum()) > 4 * small + 1024:  # sparse values: rank every (namespace, hash) exactly
+        top[:] = 0
     base = id0 + np.cumsum(top) - top
     n = id0 + int(top.sum())
-    big_pos = np.flatnonzero((flat >= SMALL) | (flat < 0))
+    big = (flat >= SMALL) | (flat < 0)
+    if not top.any():
+        big[:] = True
+    big_pos = np.flatnonzero(big)
     big_key = np.zeros(0, np.int64)
     if big_pos.size:
         big_ns = ns[np.searchsorted(hoff, big_pos, side="right") - 1]
@@ -177,10 +193,14 @@ def _ns_top(flat, hoff, lens, ns, n_ns):  # pragma: no cover (compiled)
 
 
 @nb.njit(cache=True)
-def _block_id(j, k, spt, sh_base, flat, hoff, lens, ns, base, big_pos, big_key, m):  # pragma: no cover
+def _block_id(
+    j, k, spt, sh_base, flat, hoff, lens, ns, base, big_pos, big_key, m
+):  # pragma: no cover
     if j < spt[k]:
         return sh_base[k] + j
     i = hoff[k] + min(j * m + m - 1, lens[k] - 1)
+    if big_pos.size == flat.size:  # every hash ranked
+        return big_key[i]
     h = flat[i]
     if 0 <= h < SMALL:
         return base[ns[k]] + h
@@ -188,7 +208,23 @@ def _block_id(j, k, spt, sh_base, flat, hoff, lens, ns, base, big_pos, big_key, 
 
 
 @nb.njit(cache=True)
-def _hash_kernel(flat, hoff, lens, ns, base, big_pos, big_key, m, n_blk, n_read, write_pos, ref_off, spt, sh_base, out):  # pragma: no cover
+def _hash_kernel(
+    flat,
+    hoff,
+    lens,
+    ns,
+    base,
+    big_pos,
+    big_key,
+    m,
+    n_blk,
+    n_read,
+    write_pos,
+    ref_off,
+    spt,
+    sh_base,
+    out,
+):  # pragma: no cover
     for k in range(n_blk.size):
         r = ref_off[k]
         for j in range(n_read[k]):
@@ -200,7 +236,9 @@ def _hash_kernel(flat, hoff, lens, ns, base, big_pos, big_key, m, n_blk, n_read,
 
 
 @nb.njit(cache=True)
-def _synth_kernel(order, chain, n_blk, n_read, write_pos, ref_off, spt, sh_base, id0, out):  # pragma: no cover
+def _synth_kernel(
+    order, chain, n_blk, n_read, write_pos, ref_off, spt, sh_base, id0, out
+):  # pragma: no cover
     """Per chain, a position keeps its block until a later call rewrites it."""
     cur = np.full(int(n_blk.max()) + 1 if n_blk.size else 1, -1, np.int64)
     last_chain = -1

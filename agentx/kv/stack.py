@@ -52,13 +52,28 @@ def lru_stack(stream: BlockStream, kill_off=None, kill_blocks=None) -> StackResu
         kill_off = np.zeros(stream.n_calls + 1, np.int64)
         kill_blocks = np.zeros(0, np.int64)
     segs, weight, final, last = _stack_kernel(
-        stream.ref_block, stream.ref_off, stream.n_read, stream.write_pos, stream.input_tokens,
-        stream.reused_tokens, stream.block_size_tokens, stream.n_blocks, kill_off, kill_blocks,
+        stream.ref_block,
+        stream.ref_off,
+        stream.n_read,
+        stream.write_pos,
+        stream.input_tokens,
+        stream.reused_tokens,
+        stream.block_size_tokens,
+        stream.n_blocks,
+        kill_off,
+        kill_blocks,
     )
     return StackResult(
-        call=segs[:, S_CALL], ref0=segs[:, S_REF0], n=segs[:, S_N], block_tokens=segs[:, S_W],
-        read_tokens=segs[:, S_READ_TOK], is_read=segs[:, S_IS_READ].astype(bool),
-        dist_tokens=segs[:, S_DIST], block_weight=weight, final_dist_tokens=final, last_ref=last,
+        call=segs[:, S_CALL],
+        ref0=segs[:, S_REF0],
+        n=segs[:, S_N],
+        block_tokens=segs[:, S_W],
+        read_tokens=segs[:, S_READ_TOK],
+        is_read=segs[:, S_IS_READ].astype(bool),
+        dist_tokens=segs[:, S_DIST],
+        block_weight=weight,
+        final_dist_tokens=final,
+        last_ref=last,
     )
 
 
@@ -95,7 +110,9 @@ def _prefix(b1, b2, i):  # pragma: no cover (compiled)
 
 
 @nb.njit(cache=True)
-def _stack_kernel(ref_block, ref_off, n_read, write_pos, n_in, reused, bs, n_blocks, kill_off, kill_blocks):  # pragma: no cover
+def _stack_kernel(
+    ref_block, ref_off, n_read, write_pos, n_in, reused, bs, n_blocks, kill_off, kill_blocks
+):  # pragma: no cover
     t_all = ref_block.size
     b1 = np.zeros(t_all + 2, np.int64)
     b2 = np.zeros(t_all + 2, np.int64)
@@ -126,8 +143,14 @@ def _stack_kernel(ref_block, ref_off, n_read, write_pos, n_in, reused, bs, n_blo
             rt = min(bs, reused[k] - j * bs) if is_read else 0
             seg = segs[ns - 1] if open_ else segs[0]
             extend = (
-                open_ and seg[S_IS_READ] == is_read and seg[S_W] == w and b != prev_b
-                and ((p < 0 and seg[S_DIST] < 0) or (p >= 0 and seg[S_DIST] >= 0 and p == prev_p + 1 and p < seg[S_REF0]))
+                open_
+                and seg[S_IS_READ] == is_read
+                and seg[S_W] == w
+                and b != prev_b
+                and (
+                    (p < 0 and seg[S_DIST] < 0)
+                    or (p >= 0 and seg[S_DIST] >= 0 and p == prev_p + 1 and p < seg[S_REF0])
+                )
             )
             if extend:
                 seg[S_N] += 1

@@ -1,0 +1,85 @@
+"""Hit ratio and bytes per link against each tier's capacity, from one stack pass (SEED-13).
+
+One Mattson pass gives every reference's reuse distance; each point of the curve is then a
+vectorized comparison over the segments. Each tier is swept in turn while the other two keep
+the configured capacities (an inclusive hierarchy: a smaller tier below a larger one adds
+nothing). ``hit_ratio`` counts reused-prefix tokens found in the swept tier or a faster one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from agentx.catalog.types import ServingConfig
+from agentx.errors import UsageError
+from agentx.kv.blocks import build_blocks
+from agentx.kv.policies import NOWHERE, outcome, prepare
+from agentx.kv.tiers import LINKS, TierCapacities, capacities_for, per_call_frame
+from agentx.traces.io import Trace
+
+TIERS = ("hbm", "dram", "ssd")
+
+
+def default_grid(max_dist_bytes: float, points: int = 16) -> np.ndarray:
+    """0, then log-spaced from 1 GB to just past the largest reuse distance (full reuse)."""
+    top = max(max_dist_bytes * 1.01, 2e9)
+    return np.concatenate(([0.0], np.geomspace(1e9, top, points - 1)))
+
+
+def curve(
+    trace: Trace,
+    cfg: ServingConfig,
+    capacities_bytes=None,
+    *,
+    capacities: TierCapacities | None = None,
+    block_size_tokens: int | None = None,
+    policy: str = "lru",
+    write_policy: str = "write-through",
+) -> pl.DataFrame:
+    """Rows (tier, capacity_bytes, hit_ratio, tier_hit_ratio, hit_blocks, hit_tokens,
+    recompute_tokens, bytes per link, transfer time and energy) for each tier and capacity."""
+    if policy == "belady":
+        raise UsageError(
+            "policy 'belady' needs one MIN run per capacity; use --policy lru or seed7"
+        )
+    caps = capacities or capacities_for(cfg)
+    bpt = cfg.kv_bytes_per_token
+    stream = build_blocks(trace, block_size_tokens)
+    st = prepare(policy, stream)
+    if capacities_bytes is None:
+        finite = st.dist_tokens[st.dist_tokens >= 0]
+        grid = default_grid(float(finite.max()) * bpt if finite.size else 0.0)
+    else:
+        grid = np.asarray(capacities_bytes, np.float64)
+        if grid.ndim != 1 or (grid < 0).any() or not np.isfinite(grid).all():
+            raise UsageError("capacities must be a list of non-negative byte counts")
+    base = np.array([caps.hbm_bytes, caps.dram_bytes, caps.ssd_bytes])
+    reused = float(stream.reused_tokens.sum())
+    rows = []
+    for ti, tier in enumerate(TIERS):
+        for c in grid:
+            point = base.copy()
+            point[ti] = c
+            out = outcome(policy, stream, point / bpt, stack=st)
+            pc = per_call_frame(out, stream, trace.calls.height, bpt, cfg, write_policy)
+            rd = out.is_read
+            found = rd & (out.tier <= ti)
+            exact = rd & (out.tier == ti)
+            rows.append(
+                {
+                    "tier": tier,
+                    "capacity_bytes": float(c),
+                    "hit_ratio": float(out.read_tokens[found].sum()) / reused if reused else 0.0,
+                    "tier_hit_ratio": float(out.read_tokens[exact].sum()) / reused
+                    if reused
+                    else 0.0,
+                    "hit_blocks": int(out.n[exact].sum()),
+                    "hit_tokens": int(out.read_tokens[exact].sum()),
+                    "recompute_tokens": int(out.read_tokens[rd & (out.tier == NOWHERE)].sum()),
+                    **{f"{k}_bytes": float(pc[f"kv_{k}_bytes"].sum()) for k in LINKS},
+                    "transfer_time_s": float(pc["kv_transfer_time_s"].sum()),
+                    "transfer_energy_j": float(pc["kv_transfer_energy_j"].sum()),
+                }
+            )
+    return pl.DataFrame(rows)
