@@ -195,3 +195,35 @@ def test_scale_out_expert_parallel_is_slower_than_nvl72():
     f_hgx, f_nvl = fill_cost(hgx, 4096, 50_000), fill_cost(nvl, 4096, 50_000)
     assert f_hgx.scale_out_bytes > 0 and f_nvl.scale_out_bytes == 0
     assert f_hgx.time_s > 1.2 * f_nvl.time_s
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    cfg_names, st.lists(st.tuples(tokens, tokens, st.integers(0, 20_000)), min_size=1, max_size=30)
+)
+def test_fused_kernel_matches_the_closed_forms(name, rows):
+    """call_costs runs a compiled kernel; it must equal the numpy closed forms it fuses."""
+    cfg = CFGS[name]
+    n, p, m = (np.array(c, float) for c in zip(*rows, strict=True))
+    got = call_costs(cfg, _calls(n, p, m))
+    fill = fill_cost(cfg, n, p, batch_tokens=cfg.prefill_chunk_tokens)
+    att = decode_attention_calls(cfg, m, n + p)
+    b = cfg.decode_batch
+    exp = decode_experts_step(cfg, b)
+    is_pre = p == 0
+    for k in ("time_s", "energy_j", "flops", "hbm_bytes", "comm_bytes"):
+        np.testing.assert_allclose(got[f"prefill_{k}"], np.where(is_pre, fill[k], 0.0), rtol=1e-9)
+        np.testing.assert_allclose(got[f"midfill_{k}"], np.where(is_pre, 0.0, fill[k]), rtol=1e-9)
+        np.testing.assert_allclose(got[f"decode_attention_{k}"], att[k], rtol=1e-9)
+        np.testing.assert_allclose(got[f"decode_experts_{k}"], m * exp[k] / b, rtol=1e-9)
+    alone = fill_cost(cfg, n, p)["time_s"]
+    reps = make_layout_replicas(cfg)
+    np.testing.assert_allclose(got["ttft_s"], alone * reps, rtol=1e-6)
+    step = decode_attention_calls(cfg, 1, n + p + np.maximum(m - 1, 0) / 2, b)["time_s"] * b
+    np.testing.assert_allclose(got["decode_latency_s"], m * (step + exp["time_s"]), rtol=1e-9)
+
+
+def make_layout_replicas(cfg) -> int:
+    from agentx.replay.config import layout
+
+    return layout(cfg).att_replicas

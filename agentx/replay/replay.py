@@ -15,17 +15,9 @@ import polars as pl
 
 from agentx.catalog.types import ServingConfig
 from agentx.errors import InputError
-from agentx.replay.config import layout
 from agentx.replay.energy import coefficients
 from agentx.replay.footprint import check_fits, describe, footprint_per_gpu
-from agentx.replay.stages import (
-    KEYS,
-    STAGES,
-    StageCost,
-    decode_attention_calls,
-    decode_experts_step,
-    fill_cost,
-)
+from agentx.replay.stages import KEYS, STAGES
 
 TRACE_COLUMNS = (
     "session_id",
@@ -38,7 +30,6 @@ TRACE_COLUMNS = (
     "output_tokens",
 )
 CALL_KEYS = ("time_s", "energy_j", "flops", "hbm_bytes", "comm_bytes")
-STAGE_SUMS = KEYS
 ENERGY_MODEL = (
     "E = P_static*gpus*t + e_flop(precision)*FLOPs + e_hbm*HBM bytes + e_link*link bytes; "
     "e_flop calibrated so a compute-bound GPU at its default efficiency draws its TDP"
@@ -75,66 +66,46 @@ def _col(calls, name: str, default=None):
     return np.asarray(calls[name], dtype=np.float64)
 
 
-def stage_arrays(cfg: ServingConfig, calls, kv=None):
-    """Per-call costs of each stage (stage → StageCost) and the latency columns.
+CALL_COLUMNS = (
+    *(f"{st}_{k}" for st in STAGES for k in CALL_KEYS),
+    "ttft_s",
+    "decode_latency_s",
+    "total_energy_j",
+)
+
+
+def price_calls(cfg: ServingConfig, calls, kv=None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-call columns (rows in ``CALL_COLUMNS`` order) and stage totals (stage × ``KEYS``).
 
     Fills are packed into forward passes of ``prefill_chunk_tokens`` tokens with other fills,
     as a loaded fill pool runs them, so a call bears new/chunk of each pass's weight load;
-    decode shares each step among ``decode_batch`` sequences. ``kv`` (per-call arrays from
-    agentx.kv, optional): kv_recompute_tokens move from the reused prefix to the filled tokens
-    (a call whose whole prefix is lost becomes a prefill); kv_transfer_time_s and
-    kv_transfer_energy_j (reloads from DRAM/SSD) are added to the call's fill.
+    ttft_s prices the fill alone. Decode shares each step among ``decode_batch`` sequences.
+    ``kv`` (per-call arrays from agentx.kv, optional): kv_recompute_tokens move from the
+    reused prefix to the filled tokens (a call whose whole prefix is lost becomes a prefill);
+    kv_transfer_time_s and kv_transfer_energy_j (reloads from DRAM/SSD) join the call's fill.
     """
-    n = _col(calls, "new_tokens")
-    p = _col(calls, "reused_prefix_tokens")
-    out = _col(calls, "output_tokens")
-    rec = _col(kv, "kv_recompute_tokens") if kv is not None else None
-    if rec is not None:
-        rec = np.minimum(rec, p)
-        n, p = n + rec, p - rec
-    fill = fill_cost(cfg, n, p, batch_tokens=cfg.prefill_chunk_tokens)
-    alone_s = fill_cost(cfg, n, p)["time_s"]
+    from agentx.replay.kernel import params, price
+
+    n = np.ascontiguousarray(_col(calls, "new_tokens"))
+    p = np.ascontiguousarray(_col(calls, "reused_prefix_tokens"))
+    out = np.ascontiguousarray(_col(calls, "output_tokens"))
+    xt = xe = np.zeros(0)
     if kv is not None:
-        xt = _col(kv, "kv_transfer_time_s", 0.0)
-        fill["time_s"] = fill["time_s"] + xt
-        fill["energy_j"] = fill["energy_j"] + _col(kv, "kv_transfer_energy_j", 0.0)
-        alone_s = alone_s + xt
-    is_pre = (p <= 0).astype(np.float64)
-    pre = StageCost({k: v * is_pre for k, v in fill.items()})
-    mid = StageCost({k: v - pre[k] for k, v in fill.items()})
-    ctx = n + p
-    att = decode_attention_calls(cfg, out, ctx)
-    b = float(cfg.decode_batch)
-    step_exp = decode_experts_step(cfg, b)
-    exp = StageCost({k: out * (float(v) / b) for k, v in step_exp.items()})
-    # Decode latency if the batch were b sequences at this call's mean context.
-    mid_ctx = ctx + np.maximum(out - 1.0, 0.0) * 0.5
-    step_att_s = decode_attention_calls(cfg, 1.0, mid_ctx, b)["time_s"] * b
-    lat = {
-        "ttft_s": alone_s * layout(cfg).att_replicas,
-        "decode_latency_s": out * (step_att_s + float(step_exp["time_s"])),
-    }
-    return {"prefill": pre, "midfill": mid, "decode_attention": att, "decode_experts": exp}, lat
-
-
-def _columns(stages: dict, lat: dict, height: int) -> dict[str, np.ndarray]:
-    cols: dict[str, np.ndarray] = {}
-    for st in STAGES:
-        for k in CALL_KEYS:
-            cols[f"{st}_{k}"] = np.broadcast_to(
-                np.asarray(stages[st][k], dtype=np.float64), (height,)
-            )
-    for k, v in lat.items():
-        cols[k] = np.broadcast_to(np.asarray(v, dtype=np.float64), (height,))
-    cols["total_energy_j"] = sum(cols[f"{st}_energy_j"] for st in STAGES)
-    return cols
+        rec = _col(kv, "kv_recompute_tokens")
+        if rec is not None:
+            rec = np.minimum(rec, p)
+            n, p = n + rec, p - rec
+        xt = np.broadcast_to(_col(kv, "kv_transfer_time_s", 0.0), n.shape).astype(np.float64)
+        xe = np.broadcast_to(_col(kv, "kv_transfer_energy_j", 0.0), n.shape).astype(np.float64)
+    q, dtab, exp_tok = params(cfg)
+    cols, sums = price(q, dtab, exp_tok, n, p, out, xt, xe)
+    return cols, sums.sum(axis=0)
 
 
 def call_frame(cfg: ServingConfig, calls, kv=None) -> pl.DataFrame:
     """The per-stage and latency columns of ``calls`` (see ``agentx.replay.stages.call_costs``)."""
-    stages, lat = stage_arrays(cfg, calls, kv)
-    height = np.size(_col(calls, "new_tokens"))
-    return pl.DataFrame(_columns(stages, lat, height))
+    cols, _ = price_calls(cfg, calls, kv)
+    return pl.DataFrame(dict(zip(CALL_COLUMNS, cols, strict=True)))
 
 
 def resident_context(calls: pl.DataFrame, busy_s: np.ndarray, batch: int) -> tuple[float, float]:
@@ -171,17 +142,12 @@ def replay_trace(trace, cfg: ServingConfig, kv=None) -> ReplayResult:
     check_fits(cfg)
     df = trace.calls if hasattr(trace, "calls") else trace
     kv_calls = _kv_frame(kv, df.height)
-    stages, lat = stage_arrays(cfg, df, kv_calls)
-    cols = _columns(stages, lat, df.height)
+    cols, sums = price_calls(cfg, df, kv_calls)
+    frame = pl.DataFrame(dict(zip(CALL_COLUMNS, cols, strict=True)))
     calls = pl.concat(
-        [df.select([c for c in TRACE_COLUMNS if c in df.columns]), pl.DataFrame(cols)],
-        how="horizontal",
+        [df.select([c for c in TRACE_COLUMNS if c in df.columns]), frame], how="horizontal"
     )
-
-    totals = {
-        st: {k: float(np.sum(np.broadcast_to(stages[st][k], (df.height,)))) for k in STAGE_SUMS}
-        for st in STAGES
-    }
+    totals = {st: {k: float(sums[i, j]) for j, k in enumerate(KEYS)} for i, st in enumerate(STAGES)}
     t_all = sum(v["time_s"] for v in totals.values())
     e_all = sum(v["energy_j"] for v in totals.values())
     out_tokens = float(df.get_column("output_tokens").sum()) if df.height else 0.0
@@ -193,7 +159,7 @@ def replay_trace(trace, cfg: ServingConfig, kv=None) -> ReplayResult:
     stage_df = pl.DataFrame([{"stage": st, **totals[st]} for st in STAGES])
 
     tokens, seqs = resident_context(
-        df, np.broadcast_to(lat["ttft_s"] + lat["decode_latency_s"], (df.height,)), cfg.decode_batch
+        df, frame["ttft_s"].to_numpy() + frame["decode_latency_s"].to_numpy(), cfg.decode_batch
     )
     fp = footprint_per_gpu(cfg, tokens, sequences=seqs or None)
     fp_df = pl.DataFrame(fp.as_rows())
@@ -213,7 +179,7 @@ def replay_trace(trace, cfg: ServingConfig, kv=None) -> ReplayResult:
         "j_per_output_token": e_all / out_tokens if out_tokens > 0 else 0.0,
         "average_power_w_per_gpu": e_all / (t_all * cfg.gpus) if t_all > 0 else 0.0,
         "latency_s": {
-            c: {"p50": _q(lat[c], 0.5), "p90": _q(lat[c], 0.9), "p99": _q(lat[c], 0.99)}
+            c: {"p50": _q(frame[c], 0.5), "p90": _q(frame[c], 0.9), "p99": _q(frame[c], 0.99)}
             for c in ("ttft_s", "decode_latency_s")
         },
         "hbm_peak_bytes_per_gpu": fp.total_bytes,
@@ -231,5 +197,5 @@ def replay_trace(trace, cfg: ServingConfig, kv=None) -> ReplayResult:
     return ReplayResult(calls, stage_df, fp_df, summary)
 
 
-def _q(a: np.ndarray, q: float) -> float:
-    return float(np.quantile(a, q)) if np.size(a) else 0.0
+def _q(a: pl.Series, q: float) -> float:
+    return float(a.quantile(q, interpolation="linear")) if a.len() else 0.0

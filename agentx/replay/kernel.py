@@ -1,0 +1,309 @@
+"""The per-call closed forms of ``agentx.replay.stages`` fused into one compiled pass.
+
+Pricing whole trace columns with numpy allocates ~100 temporaries per call; this kernel reads
+each call once and writes its columns, on all cores, at tens of millions of calls per second
+(benchmarks/bench_replay.py). It is the same arithmetic as ``fill_cost`` (packed into
+``prefill_chunk_tokens`` passes, and alone for the latency), ``decode_attention_calls`` and
+``decode_experts_step``; tests/test_stages.py checks the two agree to 1e-9. Stage totals are
+summed per fixed block of calls, then over blocks in order, so results are deterministic
+whatever the thread count.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import numba
+import numpy as np
+
+from agentx.catalog.types import ServingConfig
+from agentx.replay.config import layout
+from agentx.replay.energy import coefficients
+from agentx.replay.stages import KEYS, decode_experts_step, distinct_experts
+
+BLOCKS = 256
+# Output rows: for each stage (prefill, midfill, decode_attention, decode_experts) the CALL_KEYS
+# time_s, energy_j, flops, hbm_bytes, comm_bytes; then ttft_s, decode_latency_s, total_energy_j.
+N_ROWS = 23
+
+
+class Params(NamedTuple):
+    n_layers: float
+    n_global: float
+    n_local: float
+    window: float
+    att_pair: float  # absorbed (or GQA) attention FLOPs per pair-layer
+    mla: float
+    mha_pair: float
+    up_token_layer: float
+    lin_token: float
+    head_flops: float
+    fill_weights: float  # attention + FFN weights per pass
+    head_w: float
+    expert_w: float  # expert replicas × MoE layers × bytes of one expert
+    kv_rep: float
+    kv_layer_b: float
+    kv_token_b: float
+    chunk: float
+    ep_token: float
+    su_frac: float
+    tp_token: float
+    xfer_su: float
+    xfer_so: float
+    floor_pass: float
+    floor_att: float
+    lin_rate: float
+    att_rate: float
+    bw: float
+    su_bw: float
+    so_bw: float
+    pre_c: float
+    pre_m: float
+    mid_c: float
+    mid_m: float
+    da_c: float
+    da_m: float
+    static: float
+    e_lin: float
+    e_att: float
+    e_hbm: float
+    e_su: float
+    e_so: float
+    batch: float
+    att_w_step: float  # attention weights read per decode step (active replicas)
+    att_lin_token: float
+    att_replicas: float
+    d_chunk: float  # distinct experts touched by a packed pass
+    exp_step_time: float
+
+
+@functools.lru_cache(maxsize=32)
+def params(cfg: ServingConfig) -> tuple[Params, np.ndarray, np.ndarray]:
+    """Kernel constants, the distinct-experts table per tokens-in-pass, and the per-token
+    decode-experts costs in KEYS order."""
+    from agentx.replay.stages import _floor_per_pass
+
+    lay, m, c = layout(cfg), cfg.model, coefficients(cfg)
+    g, eff = lay.gpus, lay.eff
+    local = m.num_local_layers > 0
+    mla = m.attention == "mla"
+    per_rep = np.arange(cfg.prefill_chunk_tokens + 1, dtype=np.float64) / lay.exp_replicas
+    dtab = distinct_experts(cfg, per_rep) if m.is_moe else np.zeros_like(per_rep)
+    fa, ff = _floor_per_pass(cfg)
+    ep_token = 0.0
+    if m.is_moe and cfg.ep > 1:
+        ep_token = (
+            m.num_moe_layers
+            * 2.0
+            * m.experts_per_token
+            * m.hidden_size
+            * cfg.activation_bytes
+            * (cfg.ep - 1)
+            / cfg.ep
+        )
+    xfer = cfg.pools == "disaggregated"
+    xfer_su = xfer and cfg.system.scale_up_domain_gpus >= 2 * cfg.gpus
+    b = float(cfg.decode_batch)
+    step = decode_experts_step(cfg, b)
+    p = Params(
+        n_layers=m.num_layers,
+        n_global=m.num_global_layers,
+        n_local=m.num_local_layers,
+        window=float(m.local_window_tokens) if local else 0.0,
+        att_pair=m.attention_flops_per_pair(),
+        mla=float(mla),
+        mha_pair=2.0 * m.num_attention_heads * (m.qk_head_dim + m.v_head_dim) if mla else 0.0,
+        up_token_layer=2.0
+        * m.kv_lora_rank
+        * m.num_attention_heads
+        * (m.qk_head_dim - m.qk_rope_head_dim + m.v_head_dim)
+        if mla
+        else 0.0,
+        lin_token=2.0 * (lay.attn_linear_params + lay.ffn_linear_params),
+        head_flops=2.0 * lay.head_params,
+        fill_weights=lay.attn_weight_bytes + lay.ffn_weight_bytes,
+        head_w=lay.head_weight_bytes,
+        expert_w=lay.exp_replicas * m.num_moe_layers * lay.expert_bytes if m.is_moe else 0.0,
+        kv_rep=lay.kv_rep,
+        kv_layer_b=m.kv_bytes_per_token_layer(cfg.kv_precision),
+        kv_token_b=cfg.kv_bytes_per_token,
+        chunk=float(cfg.prefill_chunk_tokens),
+        ep_token=ep_token,
+        su_frac=lay.su_frac_ep,
+        tp_token=2.0 * (lay.att_tp - 1) * m.hidden_size * cfg.activation_bytes * m.num_layers
+        if lay.att_tp > 1
+        else 0.0,
+        xfer_su=float(xfer_su),
+        xfer_so=float(xfer and not xfer_su),
+        floor_pass=(fa + ff) / lay.att_replicas,
+        floor_att=fa,
+        lin_rate=g * lay.lin_flops_per_s,
+        att_rate=g * lay.att_flops_per_s,
+        bw=g * lay.hbm_bytes_per_s,
+        su_bw=g * cfg.system.scale_up_bytes_per_s * eff.communication,
+        so_bw=g * cfg.system.scale_out_bytes_per_s * eff.communication,
+        pre_c=eff.prefill.compute,
+        pre_m=eff.prefill.memory,
+        mid_c=eff.midfill.compute,
+        mid_m=eff.midfill.memory,
+        da_c=eff.decode_attention.compute,
+        da_m=eff.decode_attention.memory,
+        static=c.static_w * g,
+        e_lin=c.lin_j_per_flop,
+        e_att=c.att_j_per_flop,
+        e_hbm=c.hbm_j_per_byte,
+        e_su=c.scale_up_j_per_byte,
+        e_so=c.scale_out_j_per_byte,
+        batch=b,
+        att_w_step=min(lay.att_replicas, b) * lay.attn_weight_bytes,
+        att_lin_token=2.0 * lay.attn_linear_params,
+        att_replicas=float(lay.att_replicas),
+        d_chunk=float(dtab[-1]),
+        exp_step_time=float(step["time_s"]),
+    )
+    per_token = np.array([float(step[k]) / b for k in KEYS])
+    return p, dtab, per_token
+
+
+@numba.njit(cache=True, inline="always")
+def _pairs(q, start, count):
+    glob = count * start + count * (count - 1.0) * 0.5
+    if q.n_local == 0.0:
+        return q.n_layers * glob
+    k = min(max(q.window - start + 1.0, 0.0), count)
+    return q.n_global * glob + q.n_local * (
+        k * start + k * (k - 1.0) * 0.5 + (count - k) * q.window
+    )
+
+
+@numba.njit(cache=True, inline="always")
+def _kvb(q, tokens):
+    if q.n_local == 0.0:
+        return q.kv_layer_b * q.n_layers * tokens
+    return q.kv_layer_b * (q.n_global * tokens + q.n_local * min(tokens, q.window))
+
+
+@numba.njit(cache=True, inline="always")
+def _fill(q, dtab, n, p, packed):
+    """(time, lin, att, weights, kv_r, kv_w, su_timed, so_timed) of one fill."""
+    has = 1.0 if n > 0 else 0.0
+    if packed:
+        passes = n / q.chunk
+        d = q.d_chunk
+    else:
+        passes = np.ceil(n / q.chunk)
+        t = n / max(passes, 1.0)
+        j = min(int(t), dtab.size - 2)
+        d = dtab[j] + (t - j) * (dtab[j + 1] - dtab[j])
+    lin = n * q.lin_token + has * q.head_flops
+    pairs = _pairs(q, p + 1.0, n)
+    att = pairs * q.att_pair
+    if q.mla != 0.0:
+        att = min(att, pairs * q.mha_pair + (passes * p + n) * (q.up_token_layer * q.n_layers))
+    w = passes * q.fill_weights + has * q.head_w + passes * q.expert_w * d
+    kv_r = q.kv_rep * (passes * _kvb(q, p) + max(passes - 1.0, 0.0) * 0.5 * _kvb(q, n))
+    kv_w = n * q.kv_rep * q.kv_token_b
+    ep = n * q.ep_token
+    su_t = n * q.tp_token + ep * q.su_frac
+    so_t = ep * (1.0 - q.su_frac)
+    c, mm = (q.mid_c, q.mid_m) if p > 0 else (q.pre_c, q.pre_m)
+    mem = q.bw * mm
+    t = max(lin / (q.lin_rate * c), w / mem) + max(att / (q.att_rate * c), (kv_r + kv_w) / mem)
+    t += max(su_t / q.su_bw, so_t / q.so_bw) + passes * q.floor_pass
+    return t, lin, att, w, kv_r, kv_w, su_t, so_t
+
+
+@numba.njit(cache=True, inline="always")
+def _decode_att(q, steps, start):
+    """(time, lin, att, weights, kv_r, kv_w, su) of ``steps`` decode steps from ``start``."""
+    pairs = _pairs(q, start, steps)
+    att = pairs * q.att_pair
+    kv_r = pairs * q.kv_rep * q.kv_layer_b
+    kv_w = steps * q.kv_rep * q.kv_token_b
+    lin = steps * q.att_lin_token
+    w = steps * q.att_w_step / q.batch
+    su = steps * q.tp_token
+    mem = q.bw * q.da_m
+    t = max(lin / (q.lin_rate * q.da_c), w / mem) + max(
+        att / (q.att_rate * q.da_c), (kv_r + kv_w) / mem
+    )
+    t += su / q.su_bw + steps * q.floor_att / q.batch
+    return t, lin, att, w, kv_r, kv_w, su
+
+
+def _price(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e):  # pragma: no cover (compiled)
+    n_calls = new.size
+    cols = np.empty((N_ROWS, n_calls))
+    sums = np.zeros((BLOCKS, 4, 10))
+    has_kv = xfer_t.size == n_calls
+    for blk in numba.prange(BLOCKS):
+        lo = blk * n_calls // BLOCKS
+        hi = (blk + 1) * n_calls // BLOCKS
+        acc = sums[blk]
+        for i in range(lo, hi):
+            n, p, m = new[i], prefix[i], output[i]
+            t, lin, att, w, kv_r, kv_w, su_t, so_t = _fill(q, dtab, n, p, True)
+            su = su_t + n * q.kv_token_b * q.xfer_su
+            so = so_t + n * q.kv_token_b * q.xfer_so
+            hbm = w + kv_r + kv_w
+            e = (
+                q.static * t
+                + q.e_lin * lin
+                + q.e_att * att
+                + q.e_hbm * hbm
+                + q.e_su * su
+                + q.e_so * so
+            )
+            t_alone = _fill(q, dtab, n, p, False)[0]
+            if has_kv:
+                t += xfer_t[i]
+                e += xfer_e[i]
+                t_alone += xfer_t[i]
+            s = 1 if p > 0 else 0
+            vals = (t, lin + att, hbm, w, kv_r, kv_w, su + so, su, so, e)
+            for k in range(10):
+                acc[s, k] += vals[k]
+            for r in range(2):
+                on = 1.0 if r == s else 0.0
+                cols[5 * r, i] = t * on
+                cols[5 * r + 1, i] = e * on
+                cols[5 * r + 2, i] = (lin + att) * on
+                cols[5 * r + 3, i] = hbm * on
+                cols[5 * r + 4, i] = (su + so) * on
+            ctx = n + p
+            ta, lin, att, w, kv_r, kv_w, su = _decode_att(q, m, ctx)
+            hbm = w + kv_r + kv_w
+            ea = q.static * ta + q.e_lin * lin + q.e_att * att + q.e_hbm * hbm + q.e_su * su
+            vals = (ta, lin + att, hbm, w, kv_r, kv_w, su, su, 0.0, ea)
+            for k in range(10):
+                acc[2, k] += vals[k]
+                acc[3, k] += m * exp_tok[k]
+            cols[10, i], cols[11, i], cols[12, i], cols[13, i], cols[14, i] = (
+                ta,
+                ea,
+                lin + att,
+                hbm,
+                su,
+            )
+            cols[15, i] = m * exp_tok[0]
+            cols[16, i] = m * exp_tok[9]
+            cols[17, i] = m * exp_tok[1]
+            cols[18, i] = m * exp_tok[2]
+            cols[19, i] = m * exp_tok[6]
+            step = _decode_att(q, 1.0, ctx + max(m - 1.0, 0.0) * 0.5)[0] * q.batch
+            cols[20, i] = t_alone * q.att_replicas
+            cols[21, i] = m * (step + q.exp_step_time)
+            cols[22, i] = e + ea + m * exp_tok[9]
+    return cols, sums
+
+
+_price_serial = numba.njit(cache=True)(_price)
+_price_parallel = numba.njit(cache=True, parallel=True)(_price)
+PARALLEL_FROM_CALLS = 200_000  # below this, thread start-up and barriers cost more than they save
+
+
+def price(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e):
+    """(columns (N_ROWS × calls), per-block stage sums (BLOCKS × 4 × len(KEYS)))."""
+    fn = _price_parallel if new.size >= PARALLEL_FROM_CALLS else _price_serial
+    return fn(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e)

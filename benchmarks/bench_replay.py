@@ -1,0 +1,91 @@
+"""Cost-model throughput on 10 million calls and end-to-end ``agentx replay`` with Parquet I/O.
+
+Plain script (no assertions): ``.venv/bin/python benchmarks/bench_replay.py [--calls N]
+[--e2e-calls N]``. Goal (issue 3): ≥ 5 million calls/s through the cost model on 2 cores, and
+an end-to-end replay in a few seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+PARALLEL_CALLS = 200_000
+
+
+def weka_like_arrays(n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Token columns with the Weka medians (SOURCES.md §2): append 733, output 217, input 105k."""
+    rng = np.random.default_rng(seed)
+    new = np.rint(np.exp(rng.normal(np.log(733), 1.5, n)))
+    prefix = np.rint(np.exp(rng.normal(np.log(100_000), 0.8, n)))
+    prefix[rng.random(n) < 0.02] = 0  # first calls and compactions: prefills
+    out = np.rint(np.exp(rng.normal(np.log(217), 1.1, n)))
+    return {"new_tokens": new, "reused_prefix_tokens": prefix, "output_tokens": out}
+
+
+def bench_cost_model(n: int) -> None:
+    from agentx.catalog import load_catalog
+    from agentx.replay import make_config
+    from agentx.replay.replay import call_frame, price_calls
+
+    cfg = make_config(load_catalog(), "gb200", "kimi-k2", gpus=32)
+    calls = weka_like_arrays(n)
+    price_calls(cfg, weka_like_arrays(PARALLEL_CALLS))  # compile / load both kernels
+    for label, fn in (("kernel columns", price_calls), ("call_costs frame", call_frame)):
+        best = min(_timed(fn, cfg, calls) for _ in range(3))
+        print(f"{label:<18} {n:>11,} calls  {best:6.2f} s  {n / best / 1e6:6.2f} M calls/s")
+
+
+def _timed(fn, *args) -> float:
+    t = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t
+
+
+def bench_end_to_end(n_calls: int) -> None:
+    from agentx.traces.io import write_trace
+    from agentx.traces.synth import synthesize
+
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "synth.parquet"
+        t = time.perf_counter()
+        tr = synthesize(n_calls=n_calls, seed=1)
+        write_trace(tr, trace)
+        print(f"synthesize + write {tr.calls.height:,} calls: {time.perf_counter() - t:.2f} s")
+        cmd = [
+            sys.executable,
+            "-m",
+            "agentx",
+            "replay",
+            str(trace),
+            "--hw",
+            "gb200",
+            "--gpus",
+            "32",
+            "--no-kv-tiers",
+            "-q",
+            "-o",
+            str(Path(tmp) / "run"),
+        ]
+        t = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        wall = time.perf_counter() - t
+        print(
+            f"agentx replay end to end (process start, read, price, write run): {wall:.2f} s = {tr.calls.height / wall / 1e6:.2f} M calls/s"
+        )
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=10_000_000)
+    ap.add_argument("--e2e-calls", type=int, default=1_000_000)
+    a = ap.parse_args()
+    bench_cost_model(a.calls)
+    if a.e2e_calls:
+        bench_end_to_end(a.e2e_calls)
