@@ -75,12 +75,19 @@ def seconds(
     """A finite non-negative number of seconds; None when ``optional`` and absent."""
     if value is None and optional:
         return None
-    if type(value) in (int, float) and math.isfinite(value) and value >= 0:
+    if is_time(value):
         return float(value)
     got = "nothing" if value is None else repr(value)
     raise InputError(
         path, f"expected a non-negative number of seconds, got {got}", where=where, field=field
     )
+
+
+def is_time(value: object) -> bool:
+    """A finite non-negative JSON number that fits a float (huge integers do not)."""
+    if type(value) is int:
+        return 0 <= value < 1 << 60
+    return type(value) is float and math.isfinite(value) and value >= 0
 
 
 def leading_seen_blocks(

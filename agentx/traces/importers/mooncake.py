@@ -22,6 +22,7 @@ from agentx.errors import InputError
 from agentx.traces.importers._common import (
     count,
     finish,
+    is_time,
     leading_seen_blocks,
     parse_json,
     read_bytes,
@@ -43,7 +44,7 @@ def _read(path: Path) -> tuple[list[float], list[int], list[int], list[list[int]
         if not isinstance(r, dict):
             raise InputError(path, f"expected a JSON object, got {r!r:.40}", where=where)
         t = r.get("timestamp")
-        if type(t) not in (int, float) or not np.isfinite(t) or t < 0:
+        if not is_time(t):
             raise InputError(
                 path,
                 f"expected a non-negative time in milliseconds, got {t!r:.40}",

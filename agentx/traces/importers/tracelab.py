@@ -23,7 +23,7 @@ _TRIGGERS = {"user_message": "user", "tool_result": "tool_result"}
 def _time(value: object, path: Path, where: str, field: str) -> float:
     try:
         return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-    except ValueError:
+    except (ValueError, OverflowError, OSError):
         raise InputError(
             path, f"expected an ISO-8601 time, got {value!r:.40}", where=where, field=field
         ) from None
@@ -62,7 +62,7 @@ def _row(r: object, path: Path, where: str) -> dict:
         "input_tokens": n_in,
         "reused_prefix_tokens": prefix,
         "output_tokens": count(r.get("output_tokens"), path, where, "output_tokens"),
-        "trigger": _TRIGGERS.get(r.get("first_input_event_type"), "unknown"),
+        "trigger": _TRIGGERS.get(str(r.get("first_input_event_type")), "unknown"),
         "model": model if isinstance(model, str) else None,
     }
 
