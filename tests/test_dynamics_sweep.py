@@ -7,7 +7,8 @@ import polars as pl
 import pytest
 
 from agentx.catalog import load_catalog
-from agentx.dynamics.sweep import COLUMNS, load_scenario, seed_verdicts, sweep
+from agentx.dynamics.sweep import COLUMNS, load_scenario, sweep
+from agentx.dynamics.verdicts import seed_verdicts
 from agentx.errors import InputError, UnknownNameError
 
 

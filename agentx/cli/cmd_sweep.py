@@ -42,7 +42,8 @@ def command(scenario, hw, gpus, model_name, catalog_files, run_dir, as_json, qui
     Writes one row per operating point and prints the best points and the SEED-19/20/21 checks.
     """
     from agentx.catalog import load_catalog
-    from agentx.dynamics.sweep import load_scenario, seed_verdicts, sweep
+    from agentx.dynamics.sweep import load_scenario, sweep
+    from agentx.dynamics.verdicts import seed_verdicts
     from agentx.errors import UsageError
     from agentx.runs import write_run
 

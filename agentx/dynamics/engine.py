@@ -111,39 +111,17 @@ def simulate(
     p[K.P_LINK_J_PER_B] = link_j_per_byte
     p[K.P_HORIZON] = cfg.horizon_s
     p[K.P_LINK_LAT_S] = cfg.link_latency_s
-    res = K.simulate_kernel(
+    columns = (
         calls["t_start_s"].to_numpy().astype(np.float64),
         calls["think_time_s"].fill_null(0.0).to_numpy().astype(np.float64),
-        new,
-        prefix,
-        out,
-        next_call,
-        first_calls,
-        np.asarray(fc.time_s, dtype=np.float64),
-        np.asarray(fc.energy_j, dtype=np.float64),
-        tab.decode_time_s,
-        tab.decode_energy_j,
-        tab.ctx_grid_tokens,
-        pre.prefill_time_s,
-        pre.prefill_energy_j,
-        pre.fill_grid_tokens,
-        p,
-        policy.vector(),
-    )
-    (
-        arrival,
-        admitted,
-        first,
-        done,
-        status,
-        reason,
-        preempt,
-        kv_moved,
-        ts,
-        n_steps,
-        busy_dec_s,
-        busy_fill_s,
-    ) = res
+        new, prefix, out, next_call, first_calls,
+        np.asarray(fc.time_s, dtype=np.float64), np.asarray(fc.energy_j, dtype=np.float64),
+    )  # fmt: skip
+    tables = (tab.decode_time_s, tab.decode_energy_j, tab.ctx_grid_tokens,
+              pre.prefill_time_s, pre.prefill_energy_j, pre.fill_grid_tokens)  # fmt: skip
+    res = K.simulate_kernel(columns, tables, p, policy.vector())
+    arrival, admitted, first, done, status, reason, preempt, kv_moved, ts, stats = res
+    n_steps, busy_dec_s, busy_fill_s = int(stats[0]), float(stats[1]), float(stats[2])
     frame = _calls_frame(
         calls, arrival, admitted, first, done, status, reason, preempt, kv_moved, out
     )

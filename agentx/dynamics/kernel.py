@@ -13,99 +13,33 @@ import numpy as np
 from numba import njit
 
 from agentx.dynamics.admission import batch_cap, decode_fits, fill_admissions, update_rate
+from agentx.dynamics.kernel_parts import (
+    N_TS,
+    end_call,
+    heap_pop,
+    heap_push,
+    interp1,
+    interp_row,
+    spread,
+)
 
 # Parameter vector layout (numba freezes these module globals at compile time).
-(
-    P_MODE,
-    P_MAX_BATCH,
-    P_KV_CAP,
-    P_CHUNK,
-    P_MAX_WAIT,
-    P_SAMPLE,
-    P_IDLE_FILL_W,
-    P_IDLE_DEC_W,
-    P_GPUS_FILL,
-    P_GPUS_DEC,
-    P_KV_BPT,
-    P_LINK_BPS,
-    P_LINK_J_PER_B,
-    P_HORIZON,
-    P_LINK_LAT_S,
-) = range(15)
+P_MODE, P_MAX_BATCH, P_KV_CAP, P_CHUNK, P_MAX_WAIT, P_SAMPLE, P_IDLE_FILL_W, P_IDLE_DEC_W = range(8)
+P_GPUS_FILL, P_GPUS_DEC, P_KV_BPT, P_LINK_BPS, P_LINK_J_PER_B, P_HORIZON, P_LINK_LAT_S = range(
+    8, 15
+)
 N_P = 15
 DONE, DROPPED, UNARRIVED = 1, 2, 0
 R_NONE, R_TIMEOUT, R_TOO_LONG, R_KV_EXHAUSTED, R_HORIZON = 0, 1, 2, 3, 4
-N_TS = 10  # timeseries columns, see engine.TS_COLUMNS
 
 
 @njit(cache=True)
-def _interp_row(table, b, grid, x):
-    g = min(max(np.searchsorted(grid, x), 1), grid.shape[0] - 1)
-    x0, x1 = grid[g - 1], grid[g]
-    w = min(max((x - x0) / (x1 - x0), 0.0), 1.0)
-    return table[b, g - 1] * (1 - w) + table[b, g] * w
-
-
-@njit(cache=True)
-def _interp1(ys, grid, x):
-    g = min(max(np.searchsorted(grid, x), 1), grid.shape[0] - 1)
-    x0, x1 = grid[g - 1], grid[g]
-    return ys[g - 1] + (ys[g] - ys[g - 1]) * (x - x0) / (x1 - x0)
-
-
-@njit(cache=True)
-def _heap_push(hk, hv, hs, key, val):
-    i = hs
-    hk[i] = key
-    hv[i] = val
-    while i > 0:
-        par = (i - 1) // 2
-        if hk[par] < hk[i] or (hk[par] == hk[i] and hv[par] <= hv[i]):
-            break
-        hk[par], hk[i] = hk[i], hk[par]
-        hv[par], hv[i] = hv[i], hv[par]
-        i = par
-    return hs + 1
-
-
-@njit(cache=True)
-def _heap_pop(hk, hv, hs):
-    hs -= 1
-    hk[0], hv[0] = hk[hs], hv[hs]
-    i = 0
-    while True:
-        lo, r, m = 2 * i + 1, 2 * i + 2, i
-        if lo < hs and (hk[lo] < hk[m] or (hk[lo] == hk[m] and hv[lo] < hv[m])):
-            m = lo
-        if r < hs and (hk[r] < hk[m] or (hk[r] == hk[m] and hv[r] < hv[m])):
-            m = r
-        if m == i:
-            return hs
-        hk[m], hk[i] = hk[i], hk[m]
-        hv[m], hv[i] = hv[i], hv[m]
-        i = m
-
-
-@njit(cache=True)
-def simulate_kernel(
-    t_start,
-    think,
-    new_tok,
-    prefix_tok,
-    out_tok,
-    next_call,
-    first_calls,
-    fill_work,
-    fill_energy,
-    dec_t,
-    dec_e,
-    ctx_grid,
-    pre_t,
-    pre_e,
-    fill_grid,
-    p,
-    q,
-):
+def simulate_kernel(calls, tables, p, q):
+    """Run the whole simulation; ``calls`` and ``tables`` are the tuples built by engine.py."""
+    t_start, think, new_tok, prefix_tok, out_tok, next_call, first_calls, fill_work, fill_energy = (
+        calls
+    )
+    dec_t, dec_e, ctx_grid, pre_t, pre_e, fill_grid = tables
     n = t_start.shape[0]
     mode_agg = p[P_MODE] == 1.0
     max_batch = int(p[P_MAX_BATCH])
@@ -140,14 +74,14 @@ def simulate_kernel(
     hv = np.empty(first_calls.shape[0] + 1, np.int64)
     hs = 0
     for i in first_calls:
-        hs = _heap_push(hk, hv, hs, t_start[i], i)
+        hs = heap_push(hk, hv, hs, t_start[i], i)
     t = hk[0] if hs > 0 else 0.0
     t0 = t
     ts = np.zeros((1024, N_TS))
     nts = 0
-    bin_end = t0 + sample_s
-    acc_e = 0.0
-    acc_busy = 0.0
+    acc = np.zeros(2)  # energy and busy GPU-seconds of the open sample interval
+    snap = np.zeros(7)
+    gpus_all = p[P_GPUS_DEC] + (0.0 if mode_agg else p[P_GPUS_FILL])
     ctrl = np.zeros(4)  # rate, integral, ewma arrivals, ewma uptake
     ctrl[0] = q[1] / max(q[2], 1e-9)
     bucket = q[7]
@@ -158,27 +92,22 @@ def simulate_kernel(
     cap_b = max_batch
     ctx_mean_seen = 1.0
     link_free = t0
-    in_sys = 0
-    resolved = 0
+    cnt = np.zeros(2, np.int64)  # calls in the system, calls resolved (done or dropped)
+    out, ses, heap = (status, reason, done), (next_call, t_start, think), (hk, hv)
     seqc = 0
     n_steps = 0
     busy_dec_s = 0.0
     busy_fill_s = 0.0
-    while resolved < n and t < p[P_HORIZON]:
+    while cnt[1] < n and t < p[P_HORIZON]:
         # arrivals whose time has come
         while hs > 0 and hk[0] <= t:
             i = hv[0]
             arrival[i] = hk[0]
-            hs = _heap_pop(hk, hv, hs)
-            in_sys += 1
+            hs = heap_pop(hk, hv, hs)
+            cnt[0] += 1
             arr_sec += 1.0
             if prefix_tok[i] + new_tok[i] + 1 > kv_cap:
-                status[i], reason[i], done[i] = DROPPED, R_TOO_LONG, t
-                in_sys -= 1
-                resolved += 1
-                j = next_call[i]
-                if j >= 0:
-                    hs = _heap_push(hk, hv, hs, max(t_start[j], t + think[j]), j)
+                hs = end_call(i, t, DROPPED, R_TOO_LONG, out, cnt, ses, heap, hs)
             else:
                 wq[wt % cap] = i
                 wt += 1
@@ -201,12 +130,7 @@ def simulate_kernel(
         while wt > wh and t - arrival[wq[wh % cap]] > p[P_MAX_WAIT]:
             i = wq[wh % cap]
             wh += 1
-            status[i], reason[i], done[i] = DROPPED, R_TIMEOUT, t
-            in_sys -= 1
-            resolved += 1
-            j = next_call[i]
-            if j >= 0:
-                hs = _heap_push(hk, hv, hs, max(t_start[j], t + think[j]), j)
+            hs = end_call(i, t, DROPPED, R_TIMEOUT, out, cnt, ses, heap, hs)
         k = fill_admissions(q, wt - wh, bucket, rt == rh and nb < cap_b and kv_used < kv_cap)
         if q[0] != 0:
             bucket -= k
@@ -235,8 +159,8 @@ def simulate_kernel(
         dec_dt = 0.0
         dec_en = 0.0
         if nb > 0:
-            dec_dt = _interp_row(dec_t, nb, ctx_grid, kv_used / nb)
-            dec_en = _interp_row(dec_e, nb, ctx_grid, kv_used / nb)
+            dec_dt = interp_row(dec_t, nb, ctx_grid, kv_used / nb)
+            dec_en = interp_row(dec_e, nb, ctx_grid, kv_used / nb)
         fill_busy = 0.0
         fill_en = 0.0
         link_en = 0.0
@@ -298,12 +222,7 @@ def simulate_kernel(
                 gen[i] = 1
                 ctx[i] = prefix_tok[i] + new_tok[i] + 1
             if gen[i] >= out_tok[i]:
-                status[i], done[i] = DONE, tf
-                in_sys -= 1
-                resolved += 1
-                j = next_call[i]
-                if j >= 0:
-                    hs = _heap_push(hk, hv, hs, max(t_start[j], tf + think[j]), j)
+                hs = end_call(i, tf, DONE, R_NONE, out, cnt, ses, heap, hs)
             elif mode_agg:
                 rq[rt % cap] = i
                 rt += 1
@@ -326,15 +245,10 @@ def simulate_kernel(
                 gen[i] += 1
                 ctx[i] += 1
                 if gen[i] >= out_tok[i]:
-                    status[i], done[i] = DONE, t1
-                    in_sys -= 1
-                    resolved += 1
+                    hs = end_call(i, t1, DONE, R_NONE, out, cnt, ses, heap, hs)
                     kv_used -= ctx[i]
                     nb -= 1
                     batch[m] = batch[nb]
-                    j = next_call[i]
-                    if j >= 0:
-                        hs = _heap_push(hk, hv, hs, max(t_start[j], t1 + think[j]), j)
                 else:
                     m += 1
             # KV overflow: preempt the newest sequence and recompute it later (vLLM-style)
@@ -348,17 +262,12 @@ def simulate_kernel(
                 batch[v] = batch[nb]
                 kv_used -= ctx[i]
                 if nb == 0:
-                    status[i], reason[i], done[i] = DROPPED, R_KV_EXHAUSTED, t1
-                    in_sys -= 1
-                    resolved += 1
-                    j = next_call[i]
-                    if j >= 0:
-                        hs = _heap_push(hk, hv, hs, max(t_start[j], t1 + think[j]), j)
+                    hs = end_call(i, t1, DROPPED, R_KV_EXHAUSTED, out, cnt, ses, heap, hs)
                 else:
                     preempt[i] += 1
                     rem_tok[i] = ctx[i]
-                    rem_work[i] = _interp1(pre_t, fill_grid, ctx[i])
-                    e_rate[i] = _interp1(pre_e, fill_grid, ctx[i]) / max(rem_work[i], 1e-12)
+                    rem_work[i] = interp1(pre_t, fill_grid, ctx[i])
+                    e_rate[i] = interp1(pre_e, fill_grid, ctx[i]) / max(rem_work[i], 1e-12)
                     fq[ft % cap] = i
                     ft += 1
         if q[0] != 0:
@@ -373,49 +282,12 @@ def simulate_kernel(
             busy = p[P_GPUS_DEC] * dec_dt + p[P_GPUS_FILL] * fill_busy
             idle_e = p[P_IDLE_DEC_W] * (dt - dec_dt) + p[P_IDLE_FILL_W] * (dt - fill_busy)
         e_tot = dec_en + fill_en + link_en + idle_e
-        a = t
-        while t1 >= bin_end:
-            frac = (bin_end - a) / dt
-            acc_e += e_tot * frac
-            acc_busy += busy * frac
-            if nts == ts.shape[0]:
-                grown = np.zeros((2 * nts, N_TS))
-                grown[:nts] = ts
-                ts = grown
-            ts[nts, 0] = t0 + nts * sample_s
-            ts[nts, 1] = wt - wh
-            ts[nts, 2] = ft - fh
-            ts[nts, 3] = rt - rh
-            ts[nts, 4] = nb
-            ts[nts, 5] = acc_busy / (
-                sample_s * (p[P_GPUS_DEC] + (0.0 if mode_agg else p[P_GPUS_FILL]))
-            )
-            ts[nts, 6] = acc_e / sample_s
-            ts[nts, 7] = in_sys
-            ts[nts, 8] = kv_used
-            ts[nts, 9] = dec_dt
-            nts += 1
-            acc_e = 0.0
-            acc_busy = 0.0
-            a = bin_end
-            bin_end = t0 + (nts + 1) * sample_s
-        acc_e += e_tot * (t1 - a) / dt
-        acc_busy += busy * (t1 - a) / dt
+        snap[0], snap[1], snap[2], snap[3] = wt - wh, ft - fh, rt - rh, nb
+        snap[4], snap[5], snap[6] = cnt[0], kv_used, dec_dt
+        ts, nts = spread(ts, nts, t0, sample_s, t, t1, e_tot, busy, gpus_all, acc, snap)
         t = t1
     for i in range(n):
         if status[i] == UNARRIVED and not np.isnan(arrival[i]):
             status[i], reason[i], done[i] = DROPPED, R_HORIZON, t
-    return (
-        arrival,
-        admitted,
-        first,
-        done,
-        status,
-        reason,
-        preempt,
-        kv_moved,
-        ts[:nts],
-        n_steps,
-        busy_dec_s,
-        busy_fill_s,
-    )
+    stats = np.array([n_steps, busy_dec_s, busy_fill_s])
+    return arrival, admitted, first, done, status, reason, preempt, kv_moved, ts[:nts], stats
