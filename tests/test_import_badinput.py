@@ -179,6 +179,15 @@ def test_failed_import_keeps_an_existing_output(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad", "good", "w.parquet"]
 
 
+def test_unwritable_output_is_one_line(tmp_path):
+    src = write_session(tmp_path, SMALL, "trace_0001.json")
+    out = src / "x.parquet"  # below a file: no folder can be made there
+    assert first_line("weka", src, out) == (
+        1,
+        f"Error: {out}: cannot write the trace here (File exists)",
+    )
+
+
 def test_usage_errors_exit_2(tmp_path):
     src = write_session(tmp_path, SMALL, "trace_0001.json")
     r = CliRunner().invoke(cli, ["import", "weka", str(src), "-o", str(src)])

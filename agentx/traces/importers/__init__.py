@@ -67,7 +67,10 @@ def import_trace(fmt: str, source: Path | str, out: Path | str, **options) -> Tr
     loader(fmt)
     ensure_distinct(out, [source])
     trace = load_trace(fmt, source, **options)
-    write_trace(trace, out)
+    try:
+        write_trace(trace, out)
+    except OSError as exc:  # an unwritable place, not a bug: one line, exit 1
+        raise InputError(out, f"cannot write the trace here ({exc.strerror or exc})") from None
     return trace
 
 
