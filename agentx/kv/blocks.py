@@ -67,7 +67,7 @@ def build_blocks(
     df = trace.calls.with_row_index("_row")
     use_hashes = df.height > 0 and bool(df["block_hashes"].is_not_null().all())
     native = _native_block_size(df, trace) if use_hashes else None
-    bs = int(block_size_tokens or native or 64)
+    bs = int(block_size_tokens) if block_size_tokens is not None else (native or 64)
     if bs <= 0:
         raise UsageError(f"--block-size-tokens must be positive, got {bs}")
     if use_hashes and bs % native:

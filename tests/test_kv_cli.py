@@ -1,0 +1,105 @@
+"""``agentx kv-curve``: table, Parquet and JSON outputs, exact errors and exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from agentx.cli import cli
+from agentx.traces.io import write_trace
+from agentx.traces.synth import synthesize
+
+
+@pytest.fixture(scope="module")
+def trace_path(tmp_path_factory):
+    p = tmp_path_factory.mktemp("kv") / "synth.parquet"
+    write_trace(synthesize(6, seed=3), p)
+    return p
+
+
+def run(*args):
+    return CliRunner().invoke(cli, ["kv-curve", *map(str, args)])
+
+
+def test_table_parquet_and_json(trace_path, tmp_path):
+    out = tmp_path / "curve.parquet"
+    r = run(
+        trace_path, "--hw", "h200", "--model", "deepseek-v3", "--capacities-gb", "0,1,10", "-o", out
+    )
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[0].split()[:4] == [
+        "tier",
+        "capacity_gb",
+        "hit_ratio",
+        "tier_hit_ratio",
+    ]
+    curve = pl.read_parquet(out)
+    assert curve.height == 9 and curve["tier"].unique().sort().to_list() == ["dram", "hbm", "ssd"]
+    hbm = curve.filter(tier="hbm").sort("capacity_bytes")
+    assert hbm["hit_ratio"][0] == 0.0 and hbm["hit_ratio"].is_sorted()
+    first = out.read_bytes()
+    assert (
+        run(
+            trace_path,
+            "--hw",
+            "h200",
+            "--model",
+            "deepseek-v3",
+            "--capacities-gb",
+            "0,1,10",
+            "-o",
+            out,
+        ).exit_code
+        == 0
+    )
+    assert out.read_bytes() == first  # same input, same bytes
+    j = run(
+        trace_path,
+        "--hw",
+        "h200",
+        "--model",
+        "deepseek-v3",
+        "--capacities-gb",
+        "5",
+        "--json",
+        "--policy",
+        "seed7",
+    )
+    assert j.exit_code == 0, j.output
+    doc = json.loads(j.output)
+    assert doc["policy"] == "seed7" and len(doc["curve"]) == 3 and doc["gpus"] == 8
+
+
+def test_unknown_hardware_is_a_usage_error(trace_path):
+    r = run(trace_path, "--hw", "gb20")
+    assert r.exit_code == 2
+    assert r.output.strip() == "Error: unknown hardware 'gb20'; did you mean 'gb200'?"
+
+
+def test_missing_trace_is_bad_input(tmp_path):
+    r = run(tmp_path / "nope.parquet")
+    assert r.exit_code == 1
+    assert r.output.strip() == f"Error: {tmp_path / 'nope.parquet'}: no such file"
+
+
+def test_bad_capacities_and_output_onto_input(trace_path):
+    r = run(trace_path, "--capacities-gb", "1,x")
+    assert r.exit_code == 2
+    assert r.output.strip() == "Error: --capacities-gb expects comma-separated numbers, got '1,x'"
+    r = run(trace_path, "-o", trace_path)
+    assert r.exit_code == 2 and r.output.startswith(
+        f"Error: output path '{trace_path}' is the input"
+    )
+    r = run(trace_path, "--block-size-tokens", "0")
+    assert (
+        r.exit_code == 2
+        and r.output.strip() == "Error: --block-size-tokens must be positive, got 0"
+    )
+
+
+def test_help_ends_with_an_example():
+    r = CliRunner().invoke(cli, ["kv-curve", "--help"])
+    assert r.exit_code == 0 and "Example: agentx kv-curve" in r.output
