@@ -24,11 +24,12 @@ def run(*args):
     return CliRunner().invoke(cli, ["kv-curve", *map(str, args)])
 
 
+HW = ("--hw", "h200", "--model", "deepseek-v3")
+
+
 def test_table_parquet_and_json(trace_path, tmp_path):
     out = tmp_path / "curve.parquet"
-    r = run(
-        trace_path, "--hw", "h200", "--model", "deepseek-v3", "--capacities-gb", "0,1,10", "-o", out
-    )
+    r = run(trace_path, *HW, "--capacities-gb", "0,1,10", "-o", out)
     assert r.exit_code == 0, r.output
     assert r.output.splitlines()[0].split()[:4] == [
         "tier",
@@ -41,33 +42,9 @@ def test_table_parquet_and_json(trace_path, tmp_path):
     hbm = curve.filter(tier="hbm").sort("capacity_bytes")
     assert hbm["hit_ratio"][0] == 0.0 and hbm["hit_ratio"].is_sorted()
     first = out.read_bytes()
-    assert (
-        run(
-            trace_path,
-            "--hw",
-            "h200",
-            "--model",
-            "deepseek-v3",
-            "--capacities-gb",
-            "0,1,10",
-            "-o",
-            out,
-        ).exit_code
-        == 0
-    )
+    assert run(trace_path, *HW, "--capacities-gb", "0,1,10", "-o", out).exit_code == 0
     assert out.read_bytes() == first  # same input, same bytes
-    j = run(
-        trace_path,
-        "--hw",
-        "h200",
-        "--model",
-        "deepseek-v3",
-        "--capacities-gb",
-        "5",
-        "--json",
-        "--policy",
-        "seed7",
-    )
+    j = run(trace_path, *HW, "--capacities-gb", "5", "--json", "--policy", "seed7")
     assert j.exit_code == 0, j.output
     doc = json.loads(j.output)
     assert doc["policy"] == "seed7" and len(doc["curve"]) == 3 and doc["gpus"] == 8
