@@ -193,21 +193,6 @@ def _ns_top(flat, hoff, lens, ns, n_ns):  # pragma: no cover (compiled)
 
 
 @nb.njit(cache=True)
-def _block_id(
-    j, k, spt, sh_base, flat, hoff, lens, ns, base, big_pos, big_key, m
-):  # pragma: no cover
-    if j < spt[k]:
-        return sh_base[k] + j
-    i = hoff[k] + min(j * m + m - 1, lens[k] - 1)
-    if big_pos.size == flat.size:  # every hash ranked
-        return big_key[i]
-    h = flat[i]
-    if 0 <= h < SMALL:
-        return base[ns[k]] + h
-    return big_key[np.searchsorted(big_pos, i)]
-
-
-@nb.njit(cache=True)
 def _hash_kernel(
     flat,
     hoff,
@@ -225,14 +210,25 @@ def _hash_kernel(
     sh_base,
     out,
 ):  # pragma: no cover
+    all_big = big_pos.size == flat.size
     for k in range(n_blk.size):
         r = ref_off[k]
-        for j in range(n_read[k]):
-            out[r] = _block_id(j, k, spt, sh_base, flat, hoff, lens, ns, base, big_pos, big_key, m)
-            r += 1
-        for j in range(write_pos[k], n_blk[k]):
-            out[r] = _block_id(j, k, spt, sh_base, flat, hoff, lens, ns, base, big_pos, big_key, m)
-            r += 1
+        sp, sb, h0, hl, bk = spt[k], sh_base[k], hoff[k], lens[k] - 1, base[ns[k]]
+        for part in range(2):
+            lo, hi = (0, n_read[k]) if part == 0 else (write_pos[k], n_blk[k])
+            for j in range(lo, hi):
+                if j < sp:
+                    out[r] = sb + j
+                else:
+                    i = h0 + min(j * m + m - 1, hl)
+                    h = flat[i]
+                    if all_big:
+                        out[r] = big_key[i]
+                    elif 0 <= h < SMALL:
+                        out[r] = bk + h
+                    else:
+                        out[r] = big_key[np.searchsorted(big_pos, i)]
+                r += 1
 
 
 @nb.njit(cache=True)

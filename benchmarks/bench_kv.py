@@ -1,0 +1,94 @@
+"""KV tier speed: the stack kernel's block references per second, and the whole Weka set.
+
+Run: ``python benchmarks/bench_kv.py [WEKA_DIR_OR_TRACE.parquet]`` (default: the shared Weka
+set, imported first). Figures only, no assertions. Each timed step runs once after a warm-up
+of the compiled kernels. For comparison, issue 4 cites kvcache-simulator 0.1.3 (C++ core) at
+~11 s for a 10,000-request agentic trace at five cache budgets.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from agentx.catalog import load_catalog  # noqa: E402
+from agentx.kv import kv_curve, replay_tiers  # noqa: E402
+from agentx.kv.blocks import BlockStream, build_blocks  # noqa: E402
+from agentx.kv.stack import lru_stack  # noqa: E402
+from agentx.replay.config import make_config  # noqa: E402
+from agentx.traces.io import read_trace  # noqa: E402
+
+
+def timed(label: str, fn, *args, **kw):
+    t0 = time.perf_counter()
+    out = fn(*args, **kw)
+    dt = time.perf_counter() - t0
+    print(f"{label:<58} {dt:8.2f} s")
+    return out, dt
+
+
+def random_stream(n_refs: int, n_blocks: int, seed: int = 0) -> BlockStream:
+    """Worst case for the kernel: random ids, so no run of references shares a distance."""
+    rng = np.random.default_rng(seed)
+    n_calls = n_refs // 100
+    z = np.zeros(n_calls, np.int64)
+    per = np.full(n_calls, 100, np.int64)
+    return BlockStream(
+        block_size_tokens=64, row=np.arange(n_calls), ref_off=np.arange(n_calls + 1) * 100,
+        n_read=per, write_pos=per, input_tokens=per * 64, reused_tokens=per * 64,
+        ref_block=rng.integers(0, n_blocks, n_refs), n_blocks=n_blocks,
+        shared=np.zeros(n_blocks, bool), chain=z, agent=z, compaction=z.astype(bool),
+    )  # fmt: skip
+
+
+def main() -> None:
+    lru_stack(random_stream(10_000, 1000))  # compile / load the cache
+    s = random_stream(5_000_000, 500_000)
+    _, dt = timed("stack kernel, 5 M random references (no runs)", lru_stack, s)
+    print(f"{'  -> block references per second':<58} {s.n_refs / dt / 1e6:8.2f} M/s")
+
+    src = (
+        Path(sys.argv[1])
+        if len(sys.argv) > 1
+        else REPO.parent / "shared" / "traces" / "weka-claude-code"
+    )
+    with tempfile.TemporaryDirectory() as d:
+        if src.is_dir():
+            from agentx.traces.importers import import_trace
+
+            path = Path(d) / "weka.parquet"
+            timed("import the Weka set (for reference)", import_trace, "weka", src, path)
+        else:
+            path = src
+        tr, _ = timed("read + validate the trace", read_trace, path)
+    cfg = make_config(load_catalog(), "gb200", "deepseek-v3")
+    small = tr.calls.head(2000)
+    replay_tiers(type(tr)(small, tr.meta), cfg)  # warm every kernel
+    stream, t_build = timed("block model (64-token blocks)", build_blocks, tr)
+    res, t_stack = timed("stack kernel (exact LRU distances)", lru_stack, stream)
+    print(
+        f"  calls {stream.n_calls:,}, block references {stream.n_refs:,}, segments {len(res.n):,}"
+    )
+    print(
+        f"{'  -> block references per second (kernel)':<58} {stream.n_refs / t_stack / 1e6:8.2f} M/s"
+    )
+    print(
+        f"{'  -> block references per second (blocks + kernel)':<58} {stream.n_refs / (t_build + t_stack) / 1e6:8.2f} M/s"
+    )
+    timed("replay_tiers, lru, write-through (read → per-call frame)", replay_tiers, tr, cfg)
+    timed("replay_tiers, lru, write-back", replay_tiers, tr, cfg, write_policy="write-back")
+    timed("replay_tiers, seed7 (two stack passes)", replay_tiers, tr, cfg, policy="seed7")
+    grid = np.array([1e10, 3e10, 1e11, 3e11, 1e12])
+    timed("kv_curve at five budgets (x 3 tiers)", kv_curve, tr, cfg, grid)
+    timed("replay_tiers at 256-token serving blocks", replay_tiers, tr, cfg, block_size_tokens=256)
+
+
+if __name__ == "__main__":
+    main()
