@@ -54,8 +54,30 @@ def bench_sim(label: str, calls, cat, hw: str, gpus: int, pools: str, policy: st
         f"simulate {label} on {gpus}x{hw} {pools} {policy}: {calls.height:,} calls, {s['decode_steps']:,} decode steps, "
         f"{s['span_s'] / 3600:,.1f} h simulated in {t:.2f} s ({calls.height / t:,.0f} calls/s, {s['decode_steps'] / t / 1e6:.2f} M steps/s); "
         f"TTFT p50 {s['ttft_s_p50']:.3f} s, TPOT p50 {s['tpot_s_p50'] * 1e3:.1f} ms, utilisation {s['mean_utilisation']:.3f}, "
-        f"Little's law error {s['littles_law']['rel_error']:.4f}"
+        f"Little's law error {s['littles_law']['rel_error']:.4f}; TPOT p99 {s['tpot_s_p99'] * 1e3:.0f} ms, "
+        f"backlog oscillation amplitude {s['oscillation_backlog']['amplitude']:.1f} calls"
     )
+
+
+def replicate_sessions(calls, copies: int, window_s: float, seed: int = 0):
+    """``copies`` copies of every session, each starting at a random time in ``window_s``:
+    thousands of concurrent agents with the real session shapes."""
+    import numpy as np
+    import polars as pl
+
+    rng = np.random.default_rng(seed)
+    starts = calls.group_by("session_id", maintain_order=True).agg(
+        pl.col("t_start_s").min().alias("s0")
+    )
+    parts = []
+    for c in range(copies):
+        shift = starts.with_columns(new0=pl.Series(rng.uniform(0, window_s, starts.height)))
+        moved = calls.join(shift, on="session_id", maintain_order="left").with_columns(
+            t_start_s=pl.col("t_start_s") - pl.col("s0") + pl.col("new0"),
+            session_id=pl.lit(f"copy{c}-") + pl.col("session_id"),
+        )
+        parts.append(moved.drop("s0", "new0"))
+    return pl.concat(parts)
 
 
 def main() -> None:
@@ -104,6 +126,17 @@ def main() -> None:
                 "disaggregated",
                 "greedy",
             )
+            crowd = replicate_sessions(weka, copies=10, window_s=3600.0)
+            for policy in ("greedy", "pi"):
+                bench_sim(
+                    "Weka x10 (6,030 sessions in 1 h)",
+                    crowd,
+                    cat,
+                    "gb200",
+                    32,
+                    "disaggregated",
+                    policy,
+                )
     else:
         print(f"Weka set not found at {args.weka}; skipped")
 

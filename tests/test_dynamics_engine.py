@@ -135,3 +135,13 @@ def test_property_every_call_accounted_for(sessions, calls, seed, policy, pools,
     ok = r.calls.filter(pl.col("status") == "done")
     assert (ok["e2e_s"] >= 0).all() and (ok["ttft_s"] >= 0).all()
     assert ok["tpot_s"].drop_nulls().min() is None or ok["tpot_s"].drop_nulls().min() > 0
+
+
+def test_horizon_reports_unfinished_and_unarrived_calls():
+    calls = bursty_calls(waves=3, per_wave=40, calls=5)
+    r = simulate(calls, SVC, SVC, AdmissionPolicy("greedy"), SimConfig(horizon_s=90.0))
+    s, c = r.summary, r.calls
+    assert s["done"] + s["dropped"] + s["not_arrived"] == calls.height
+    assert s["drop_reasons"].get("unfinished_at_horizon", 0) > 0 and s["not_arrived"] > 0
+    assert c.filter(pl.col("status") == "not_arrived")["arrival_s"].null_count() == s["not_arrived"]
+    assert (c.filter(pl.col("status") == "done")["done_s"] <= 90.0 + 1.0).all()
