@@ -124,10 +124,10 @@ def resident_context(calls: pl.DataFrame, busy_s: np.ndarray, batch: int) -> tup
         .to_numpy()
         .astype(np.float64)
     )
-    times = np.concatenate([t0, t0 + busy_s])
-    starts_last = np.repeat([1, 0], t0.size)  # at equal times a finish frees its KV first
-    order = np.lexsort((starts_last, times))
-    sign = np.repeat([1.0, -1.0], t0.size)[order]
+    # Finishes first, and a stable sort, so that at equal times a finish frees its KV first.
+    times = np.concatenate([t0 + busy_s, t0])
+    order = np.argsort(times, kind="stable")
+    sign = np.repeat([-1.0, 1.0], t0.size)[order]
     active = np.cumsum(sign)
     tokens = np.cumsum(sign * np.concatenate([ctx, ctx])[order])
     scale = np.minimum(1.0, batch / np.maximum(active, 1.0))
