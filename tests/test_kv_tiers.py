@@ -206,3 +206,21 @@ def test_weka_infinite_capacity_reproduces_the_traces_reuse(weka_parquet):
     stream = build_blocks(tr, share_prefix=False)  # zero capacity: tiers of the same stack pass
     zero = outcome("lru", stream, [0, 0, 0])
     assert zero.read_tokens[zero.is_read & (zero.tier == 3)].sum() == s["reused_tokens"]
+
+
+@SETTINGS
+@given(
+    trace_objects(with_hashes=True, max_sessions=3, max_calls_per_session=6),
+    st.sampled_from([1.0, 60.0, 3600.0]),
+)
+def test_traffic_over_time_adds_up_to_the_per_call_bytes(tr, bucket_s):
+    from agentx.kv import traffic_over_time
+
+    got = replay_tiers(tr, CFG, TierCapacities(1e3 * BPT, 3e3 * BPT, 1e4 * BPT))
+    buckets = traffic_over_time(tr.calls, got.per_call, bucket_s)
+    assert buckets["calls"].sum() == tr.calls.height
+    for k in LINKS:
+        assert buckets[f"kv_{k}_bytes"].sum() == pytest.approx(got.per_call[f"kv_{k}_bytes"].sum())
+        np.testing.assert_allclose(
+            buckets[f"kv_{k}_bytes_per_s"] * bucket_s, buckets[f"kv_{k}_bytes"]
+        )
