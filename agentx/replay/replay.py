@@ -186,6 +186,12 @@ def replay_trace(trace, cfg: ServingConfig, kv=None) -> ReplayResult:
         "hbm_capacity_bytes_per_gpu": fp.capacity_bytes,
         "kv_fits_in_hbm": fp.fits,
         "kv_resident_tokens": tokens,
+        "calls_over_max_context": int(
+            (
+                (df.get_column("input_tokens") + df.get_column("output_tokens"))
+                > cfg.model.max_context_tokens
+            ).sum()
+        ),
         "kv_resident_sequences": seqs,
         "footprint": {r["component"]: r["bytes_per_gpu"] for r in fp.as_rows()},
         "energy_model": ENERGY_MODEL
