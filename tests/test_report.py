@@ -86,8 +86,14 @@ def test_cli_errors(runs, tmp_path):
     assert r.exit_code == 1
     assert r.output == f"Error: {empty}: no run directories found (no run.json below)\n"
     assert not (tmp_path / "r.html").exists()
-    r = CliRunner().invoke(cli, ["report", str(runs), "-o", str(runs / "kv" / "r.html")])
-    assert r.exit_code == 2 and "lies inside the run folder" in r.output
+    r = CliRunner().invoke(cli, ["report", str(runs), "-o", str(runs / "r.parquet")])
+    assert r.exit_code == 2 and not (runs / "r.parquet").exists()
+    assert r.output == "Error: the report is HTML; name the output *.html, got 'r.parquet'\n"
+    html_in = runs / "old.html"
+    html_in.write_text("<p>mine</p>")
+    r = CliRunner().invoke(cli, ["report", str(runs), str(html_in), "-o", str(html_in)])
+    assert r.exit_code == 2 and "is the input" in r.output and html_in.read_text() == "<p>mine</p>"
+    html_in.unlink()
     r = CliRunner().invoke(cli, ["report", str(runs)])
     assert r.exit_code == 2 and "Missing option '-o'" in r.output
 
@@ -97,6 +103,27 @@ def test_table_html_escapes_and_formats():
 
     html = table_html(pl.DataFrame({"name": ["<b>"], "bytes": [1.5e11], "ok": [True]}))
     assert "&lt;b&gt;" in html and "1.500e+11" in html and ">yes<" in html
+
+
+def test_report_inside_a_run_folder_and_of_files(runs, tmp_path):
+    """The README writes the report into the run folder; traces and kv-curve files join in."""
+    from _runs_fixture import kv_curve, write_trace_file
+
+    from agentx.io import write_parquet_atomic
+
+    trace = write_trace_file(tmp_path / "w.parquet")
+    curve = tmp_path / "curve.parquet"
+    write_parquet_atomic(kv_curve(), curve, {"agentx.kv_curve": "gb200 kimi-k2 gpus=32"})
+    out = runs / "replay-b200" / "report.html"
+    r = CliRunner().invoke(
+        cli, ["report", str(runs / "replay-b200"), str(trace), str(curve), "-o", str(out), "-q"]
+    )
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    assert "<h2>Traces</h2>" in page and "<h2>Context growth (w)</h2>" in page
+    assert "<h2>KV hit ratio against capacity</h2>" in page
+    assert specs_of(page)  # charts are there
+    out.unlink()
 
 
 def test_headline_and_verdicts(built):
@@ -115,11 +142,12 @@ PRODUCERS = (
     "agentx.cli.cmd_replay",
     "agentx.cli.cmd_sweep",
     "agentx.cli.cmd_simulate",
+    "agentx.cli.cmd_kvcurve",
 )
 
 
 def test_views_and_report_over_real_producer_runs(tmp_path):
-    """The real commands' run directories (replay ×2, sweep, simulate) through views, queries and report."""
+    """The real commands' outputs (replay ×2, sweep, simulate, kv-curve) through views, queries, report."""
     import importlib.util
 
     import polars as pl
@@ -136,11 +164,12 @@ def test_views_and_report_over_real_producer_runs(tmp_path):
         ["replay", t, "--hw", "b200", "--gpus", "16", "-o", r / "replay-b200", "-q"],
         ["sweep", "--hw", "b200,gb200", "--gpus", "16", "-o", r / "sweep", "-q"],
         ["simulate", t, "--hw", "gb200", "--gpus", "16", "-o", r / "sim", "-q"],
+        ["kv-curve", t, "--hw", "gb200", "--gpus", "16", "-o", tmp_path / "curve.parquet"],
     ]
     for args in steps:
         res = CliRunner().invoke(cli, [str(a) for a in args])
         assert res.exit_code == 0, (args[0], res.output)
-    with open_db([t], [r]) as db:
+    with open_db([t, tmp_path / "curve.parquet"], [r]) as db:
         assert {
             "calls",
             "sessions",
@@ -150,7 +179,10 @@ def test_views_and_report_over_real_producer_runs(tmp_path):
             "sweep",
             "sim_calls",
             "sim_timeseries",
+            "kv_curve",
         } <= set(db.views)
+        curve = pl.read_parquet(tmp_path / "curve.parquet")
+        assert db.query("SELECT * EXCLUDE (run) FROM kv_curve").equals(curve)
         e = db.query(get_query("energy_per_stage").sql)
         stages = pl.read_parquet(r / "replay-b200" / "stages.parquet")
         got = e.filter(pl.col("run") == "replay-b200").sort("stage")["energy_j"].to_list()
@@ -167,8 +199,10 @@ def test_views_and_report_over_real_producer_runs(tmp_path):
             "system"
         ].to_list() == ["b200", "gb200"]
         assert db.query(get_query("best_throughput").sql).height > 0
-    page, charts = build_report([r])
+    page, charts = build_report([r, t, tmp_path / "curve.parquet"])
     assert {
+        "kv-hit-ratio-against-capacity",
+        "context-growth-s",
         "energy-and-time-per-stage",
         "hbm-footprint-per-gpu",
         "latency-throughput",

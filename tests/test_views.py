@@ -77,6 +77,21 @@ def test_run_table_views_union_every_run(data):
         assert_frame_equal(got.select(want.columns), want, check_dtypes=False)
 
 
+def test_standalone_table_file_joins_its_view(data, tmp_path):
+    """agentx kv-curve -o curve.parquet writes one table (metadata agentx.kv_curve), not a run."""
+    from _runs_fixture import kv_curve
+
+    from agentx.io import write_parquet_atomic
+
+    _, trace, runs, _ = data
+    curve = tmp_path / "gb200-curve.parquet"
+    write_parquet_atomic(kv_curve().head(5), curve, {"agentx.kv_curve": "gb200 kimi-k2 gpus=32"})
+    with open_db([trace, curve], [runs["kv"]]) as db:
+        got = db.query("SELECT run, count(*) AS n FROM kv_curve GROUP BY run ORDER BY run")
+        assert got.rows() == [("gb200-curve", 5), ("kv", kv_curve().height)]
+        assert db.query("SELECT count(*) FROM calls").item() == pl.read_parquet(trace).height
+
+
 def test_runs_and_summary_views(data):
     _, trace, runs, db = data
     got = db.query("SELECT run, kind, system, model, gpus, trace_sha256 FROM runs ORDER BY run")

@@ -75,18 +75,23 @@ def collect_sections(db: Database) -> list[Section]:
     """The tables and charts the loaded runs can answer, in reading order."""
     v = db.views
     q = db.query
-    out: list[Section] = [
-        Section("Runs", q("SELECT run, kind, system, model, gpus, run_id FROM runs ORDER BY run"))
-    ]
-    headline = q(HEADLINE_SQL)
-    if headline.height:
-        out.append(Section("Headline figures per run", headline))
-    verdicts = q(VERDICT_SQL)
-    if verdicts.height:
-        out.append(Section("SEED checks (1 = agrees)", verdicts))
-    tiers = q(KV_TIERS_SQL)
-    if tiers.height:
-        out.append(Section("KV tiers (replay summary)", tiers))
+    out: list[Section] = []
+    if "runs" in v:
+        out.append(
+            Section(
+                "Runs", q("SELECT run, kind, system, model, gpus, run_id FROM runs ORDER BY run")
+            )
+        )
+        for title, sql in (
+            ("Headline figures per run", HEADLINE_SQL),
+            ("SEED checks (1 = agrees)", VERDICT_SQL),
+            ("KV tiers (replay summary)", KV_TIERS_SQL),
+        ):
+            table = q(sql)
+            if table.height:
+                out.append(Section(title, table))
+    if "sessions" in v:
+        out.append(Section("Traces", q(get_query("session_growth").sql)))
     if "stages" in v:
         out.append(
             Section(
@@ -106,6 +111,18 @@ def collect_sections(db: Database) -> list[Section]:
                     C.kv_link_bytes(calls),
                 )
             )
+    # Context growth from a trace when one is given (its compaction flags), else a replay's calls.
+    if "calls" in v:
+        calls = q("SELECT * FROM calls")
+        first = calls["trace"].min()
+        out.append(
+            Section(
+                f"Context growth ({first})",
+                None,
+                C.context_growth(calls.filter(pl.col("trace") == first)),
+            )
+        )
+    elif "replay_calls" in v:
         first = calls["run"].min()
         out.append(
             Section(
@@ -197,7 +214,7 @@ td.n{{text-align:right;font-variant-numeric:tabular-nums}} .note{{color:#666;fon
 <script>{bundle}</script>
 </head><body data-rendered="0" data-charts="{n_charts}">
 <h1>{title}</h1>
-<p class=note>agentx {version}; runs: {runs}. Figures are modelled, not measured.</p>
+<p class=note>agentx {version}; inputs: {runs}. Figures are modelled, not measured.</p>
 {body}
 <script>
 const specs = {specs};
@@ -214,18 +231,26 @@ Promise.all(Object.entries(specs).map(([id, spec]) =>
 
 
 def build_report(
-    run_dirs: Sequence[os.PathLike | str], *, title: str = "agentx report"
+    paths: Sequence[os.PathLike | str], *, title: str = "agentx report"
 ) -> tuple[str, list[tuple[str, dict]]]:
-    """The report's HTML and its charts as (slug, Vega-Lite spec) pairs."""
+    """The report's HTML and its charts as (slug, Vega-Lite spec) pairs.
+
+    ``paths`` are run directories (or folders of them) and Parquet files: traces, or standalone
+    tables such as ``agentx kv-curve -o curve.parquet``.
+    """
     from agentx import __version__
 
-    with open_db(runs=run_dirs) as db:
-        if "runs" not in db.views:
+    run_dirs = [p for p in paths if Path(p).is_dir()]
+    files = [p for p in paths if not Path(p).is_dir()]
+    with open_db(files, run_dirs) as db:
+        if not db.views:
             raise InputError(
-                ", ".join(map(str, run_dirs)), "no run directories found (no run.json below)"
+                ", ".join(map(str, paths)), "no run directories found (no run.json below)"
             )
         sections = collect_sections(db)
-        run_names = db.query("SELECT run FROM runs ORDER BY run")["run"].to_list()
+        names = ["runs"] if "runs" in db.views else []
+        run_names = db.query("SELECT run FROM runs ORDER BY run")["run"].to_list() if names else []
+        run_names += [Path(f).name for f in files]
     body, specs, charts = [], {}, []
     for i, s in enumerate(sections):
         body.append(f"<h2>{html.escape(s.title)}</h2>")
@@ -254,7 +279,7 @@ def _slug(text: str) -> str:
 
 
 def write_report(
-    run_dirs: Sequence[os.PathLike | str],
+    paths: Sequence[os.PathLike | str],
     out: os.PathLike | str,
     *,
     png_dir: os.PathLike | str | None = None,
@@ -262,7 +287,7 @@ def write_report(
 ) -> list[Path]:
     """Write the HTML report (and SVG + PNG of each chart under ``png_dir``); return the files
     written. Exporting draws a progress bar when stderr is a terminal (``progress_bar`` forces it)."""
-    page, charts = build_report(run_dirs)
+    page, charts = build_report(paths)
     write_text_atomic(out, page)
     written = [Path(out)]
     if png_dir is not None:

@@ -21,11 +21,16 @@ from pathlib import Path
 
 import duckdb
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from agentx.errors import AgentxError, InputError
 from agentx.io import read_parquet_checked
 from agentx.runs import Run, find_runs
 from agentx.traces.io import read_trace
+from agentx.traces.schema import META_SCHEMA_VERSION
+
+TRACE_META = META_SCHEMA_VERSION.encode()
 
 TRACE_VIEWS = ("calls", "sessions")
 RUN_VIEWS = ("runs", "summary")
@@ -116,11 +121,20 @@ def open_db(
     *,
     lock: bool = True,
 ) -> Database:
-    """A DuckDB connection with views over ``traces`` (Parquet files) and every run under ``runs``."""
+    """A DuckDB connection with views over ``traces`` (Parquet files) and every run under ``runs``.
+
+    A Parquet file among ``traces`` that is an agentx table rather than a trace (``agentx
+    kv-curve -o curve.parquet``) joins the view of that table, its ``run`` being the file's stem.
+    """
     con = duckdb.connect(":memory:")
     db = Database(con)
-    if traces:
-        _add_traces(db, [Path(t) for t in traces])
+    trace_paths, loose = _classify([Path(t) for t in traces])
+    if trace_paths:
+        _add_traces(db, trace_paths)
+    tables: dict[str, list[pl.DataFrame]] = {}
+    for path, view in loose:
+        df, _ = read_parquet_checked(path)
+        tables.setdefault(view, []).append(df.with_columns(pl.lit(path.stem).alias("run")))
     found: list[tuple[str, Run]] = []
     for root in runs:
         root = Path(root)
@@ -135,13 +149,37 @@ def open_db(
             dup[0], "two runs share this name; pass folders whose runs have distinct paths"
         )
     if found:
-        _add_runs(db, found)
+        _add_runs(db, found, tables)
+    for view, frames in sorted(tables.items()):
+        df = pl.concat(frames, how="diagonal_relaxed")
+        df = df.select(["run", *[c for c in df.columns if c != "run"]])
+        _register(db, view, df, f"{view} of {len(frames)} run(s)")
     if lock:
         # Order matters: once locked, nothing can turn file access back on.
         con.execute("SET python_enable_replacements = false")
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     return db
+
+
+# Parquet key-value metadata that marks a file as one agentx table, and the view it joins.
+TABLE_META = {b"agentx.table": None, b"agentx.kv_curve": "kv_curve"}
+
+
+def _classify(paths: list[Path]) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """Split Parquet paths into traces and (path, view) of standalone agentx tables."""
+    traces, loose = [], []
+    for p in paths:
+        try:
+            meta = pq.read_schema(p).metadata or {}
+        except (OSError, pa.ArrowException):
+            meta = {}  # read_trace will name the problem precisely
+        view = next((v or meta[k].decode() for k, v in TABLE_META.items() if k in meta), None)
+        if view and TRACE_META not in meta:
+            loose.append((p, view))
+        else:
+            traces.append(p)
+    return traces, loose
 
 
 def _register(db: Database, name: str, df: pl.DataFrame, source: str) -> None:
@@ -230,7 +268,9 @@ RUNS_SCHEMA = {
 }
 
 
-def _add_runs(db: Database, found: list[tuple[str, Run]]) -> None:
+def _add_runs(
+    db: Database, found: list[tuple[str, Run]], tables: dict[str, list[pl.DataFrame]]
+) -> None:
     runs = pl.DataFrame([_run_row(n, r) for n, r in found], schema=RUNS_SCHEMA)
     _register(db, "runs", runs, "one row per run directory")
     rows: list[tuple[str, str, float]] = []
@@ -242,7 +282,6 @@ def _add_runs(db: Database, found: list[tuple[str, Run]]) -> None:
         rows, schema={"run": pl.String, "key": pl.String, "value": pl.Float64}, orient="row"
     )
     _register(db, "summary", summary, "numbers of each run's summary.json, one per row")
-    tables: dict[str, list[pl.DataFrame]] = {}
     for name, run in found:
         for table_file in sorted(run.path.glob("*.parquet")):
             view = table_file.stem
@@ -250,7 +289,3 @@ def _add_runs(db: Database, found: list[tuple[str, Run]]) -> None:
                 view = f"{run.kind.replace('-', '_')}_{view}"
             df, _ = read_parquet_checked(table_file)
             tables.setdefault(view, []).append(df.with_columns(pl.lit(name).alias("run")))
-    for view, frames in sorted(tables.items()):
-        df = pl.concat(frames, how="diagonal_relaxed")
-        df = df.select(["run", *[c for c in df.columns if c != "run"]])
-        _register(db, view, df, f"{view} of {len(frames)} run(s)")

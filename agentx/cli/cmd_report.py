@@ -1,4 +1,4 @@
-"""``agentx report``: one self-contained HTML file of run directories."""
+"""``agentx report``: one self-contained HTML file of run directories (and traces, curves)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,7 @@ from agentx.cli._common import quiet_option
 
 
 @click.command("report", epilog="Example: agentx report runs/ -o report.html --png-dir slides/")
-@click.argument(
-    "run_dirs",
-    nargs=-1,
-    required=True,
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-)
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option(
     "-o",
     "--output",
@@ -29,25 +24,22 @@ from agentx.cli._common import quiet_option
     help="Also export each chart as SVG and PNG into this folder.",
 )
 @quiet_option
-def command(run_dirs, output, png_dir, quiet) -> None:
-    """Tables and charts of RUN_DIRS (run directories or folders of them) in one HTML file.
+def command(paths, output, png_dir, quiet) -> None:
+    """Tables and charts of PATHS in one HTML file: run directories (or folders of them), traces
+    and kv-curve Parquet files.
 
-    Vega, Vega-Lite and vega-embed are inlined: the file opens with no network.
+    Vega, Vega-Lite and vega-embed are inlined: the file opens with no network. The HTML (and
+    the exported charts) may go inside a run folder: only Parquet files there are tables.
     """
     from agentx.analysis.report import write_report
     from agentx.errors import UsageError
     from agentx.io import ensure_distinct
 
-    for d in run_dirs:
-        if d.resolve() in output.resolve().parents or (
-            png_dir is not None and d.resolve() in (png_dir.resolve(), *png_dir.resolve().parents)
-        ):
-            raise UsageError(
-                f"output '{output if png_dir is None else png_dir}' lies inside the run folder '{d}'; choose another path"
-            )
-    ensure_distinct(output, run_dirs)
-    for path in write_report(
-        run_dirs, output, png_dir=png_dir, progress_bar=False if quiet else None
-    ):
+    if output.suffix.lower() not in (".html", ".htm"):
+        # Also keeps a report from posing as a table (.parquet) or manifest inside a run folder.
+        raise UsageError(f"the report is HTML; name the output *.html, got '{output.name}'")
+    ensure_distinct(output, paths)
+    progress_bar = False if quiet else None
+    for path in write_report(paths, output, png_dir=png_dir, progress_bar=progress_bar):
         if not quiet:
             click.echo(str(path))
