@@ -133,6 +133,7 @@ def simulate(
     )
     summary = _summary(frame, tsf, cfg, policy, n_steps, link_bps)
     summary.update(
+        iterations=int(stats[3]),
         decode_busy_s=float(busy_dec_s),
         fill_busy_s=float(busy_fill_s),
         fill_gpus=0 if agg else fill.gpus,

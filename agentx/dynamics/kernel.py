@@ -96,9 +96,11 @@ def simulate_kernel(calls, tables, p, q):
     out, ses, heap = (status, reason, done), (next_call, t_start, think), (hk, hv)
     seqc = 0
     n_steps = 0
+    n_iter = 0
     busy_dec_s = 0.0
     busy_fill_s = 0.0
     while cnt[1] < n and t < p[P_HORIZON]:
+        n_iter += 1
         # arrivals whose time has come
         while hs > 0 and hk[0] <= t:
             i = hv[0]
@@ -289,5 +291,5 @@ def simulate_kernel(calls, tables, p, q):
     for i in range(n):
         if status[i] == UNARRIVED and not np.isnan(arrival[i]):
             status[i], reason[i], done[i] = DROPPED, R_HORIZON, t
-    stats = np.array([n_steps, busy_dec_s, busy_fill_s])
+    stats = np.array([n_steps, busy_dec_s, busy_fill_s, n_iter])
     return arrival, admitted, first, done, status, reason, preempt, kv_moved, ts[:nts], stats
