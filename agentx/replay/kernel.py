@@ -202,7 +202,7 @@ def _fill(q, dtab, n, p, packed):
     att = pairs * q.att_pair
     if q.mla != 0.0:
         att = min(att, pairs * q.mha_pair + (passes * p + n) * (q.up_token_layer * q.n_layers))
-    w = passes * q.fill_weights + has * q.head_w + passes * q.expert_w * d
+    w = passes * q.fill_weights + min(passes, has) * q.head_w + passes * q.expert_w * d
     kv_r = q.kv_rep * (passes * _kvb(q, p) + max(passes - 1.0, 0.0) * 0.5 * _kvb(q, n))
     kv_w = n * q.kv_rep * q.kv_token_b
     ep = n * q.ep_token

@@ -178,7 +178,10 @@ def fill_cost(cfg: ServingConfig, new_tokens, prefix_tokens, batch_tokens=None) 
             * (m.qk_head_dim - m.qk_rope_head_dim + m.v_head_dim)
         )
         att = np.minimum(att, pairs * mha + (passes * p + n) * (up * m.num_layers))
-    wbytes = passes * (lay.attn_weight_bytes + lay.ffn_weight_bytes) + has * lay.head_weight_bytes
+    # The LM head runs for each call's last token only: once per call alone, shared by the
+    # calls of a packed pass.
+    head = np.minimum(passes, has) * lay.head_weight_bytes
+    wbytes = passes * (lay.attn_weight_bytes + lay.ffn_weight_bytes) + head
     if m.is_moe:
         per_rep = per_pass / lay.exp_replicas
         wbytes = wbytes + passes * (
