@@ -1,17 +1,8 @@
--- KV bytes moved over each tier link (HBM, DRAM, SSD) in each replay run (SEED-5, SEED-7).
--- needs: replay_calls, runs
-WITH per_run AS (
-  SELECT run,
-         sum(kv_ssd_to_dram_bytes) AS ssd_to_dram,
-         sum(kv_dram_to_hbm_bytes) AS dram_to_hbm,
-         sum(kv_hbm_to_dram_bytes) AS hbm_to_dram,
-         sum(kv_dram_to_ssd_bytes) AS dram_to_ssd
-  FROM replay_calls GROUP BY run
-)
-SELECT r.system, p.run, u.link, u.bytes
-FROM per_run p
-JOIN runs r USING (run)
-CROSS JOIN LATERAL (VALUES
-  ('ssd_to_dram', p.ssd_to_dram), ('dram_to_hbm', p.dram_to_hbm),
-  ('hbm_to_dram', p.hbm_to_dram), ('dram_to_ssd', p.dram_to_ssd)) AS u(link, bytes)
-ORDER BY p.run, u.link
+-- KV bytes moved over each tier link (SSD→DRAM, DRAM→HBM, HBM→DRAM, DRAM→SSD) per replay run (SEED-5, SEED-7).
+-- needs: summary, runs
+SELECT r.system, r.model, r.gpus, s.run,
+       substr(s.key, length('kv_tiers.bytes.') + 1) AS link,
+       s.value AS bytes
+FROM summary s JOIN runs r USING (run)
+WHERE s.key LIKE 'kv_tiers.bytes.%'
+ORDER BY s.run, link

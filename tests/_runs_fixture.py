@@ -18,6 +18,8 @@ from agentx.traces import schema as S
 from agentx.traces.io import Trace, trace_metadata, write_trace
 
 STAGES = ("prefill", "midfill", "decode_attention", "decode_experts")
+TIERS = ("hbm", "dram", "ssd")
+LINKS = ("ssd_to_dram", "dram_to_hbm", "hbm_to_dram", "dram_to_ssd")
 SYSTEMS = {"b200": (1.0, 180e9), "gb200": (0.8, 186e9), "b300": (0.9, 288e9)}
 
 
@@ -226,8 +228,14 @@ def make_runs(root: Path, trace_path: Path) -> dict[str, Path]:
             },
             "hbm_peak_bytes_per_gpu": 40e9 + 20e9 * speed + 4e9,
             "j_per_output_token": calls["total_energy_j"].sum() / calls["output_tokens"].sum(),
+            # as agentx.replay writes it: totals of the per-call tier columns
             "kv_tiers": {
-                "hit_ratio": calls["kv_hbm_hit_tokens"].sum() / calls["reused_prefix_tokens"].sum()
+                "input_tokens": calls["input_tokens"].sum(),
+                "hit_ratio": sum(calls[f"kv_{t}_hit_tokens"].sum() for t in TIERS)
+                / calls["reused_prefix_tokens"].sum(),
+                "hits": {t: {"tokens": calls[f"kv_{t}_hit_tokens"].sum()} for t in TIERS},
+                "recompute": {"tokens": calls["kv_recompute_tokens"].sum()},
+                "bytes": {link: calls[f"kv_{link}_bytes"].sum() for link in LINKS},
             },
         }
         out[f"replay-{system}"] = write_run(

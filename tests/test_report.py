@@ -199,6 +199,17 @@ def test_views_and_report_over_real_producer_runs(tmp_path):
             "system"
         ].to_list() == ["b200", "gb200"]
         assert db.query(get_query("best_throughput").sql).height > 0
+        # replays run the KV tier model by default: four links per replay run
+        links = db.query(get_query("bytes_per_tier_link").sql)
+        assert links.group_by("run").len().sort("run").rows() == [
+            ("replay-b200", 4),
+            ("replay-gb200", 4),
+        ]
+        tiers = json.loads((r / "replay-b200" / "summary.json").read_text())["kv_tiers"]
+        got = links.filter((pl.col("run") == "replay-b200") & (pl.col("link") == "hbm_to_dram"))[
+            "bytes"
+        ].item()
+        assert got == tiers["bytes"]["hbm_to_dram"]
     page, charts = build_report([r, t, tmp_path / "curve.parquet"])
     assert {
         "kv-hit-ratio-against-capacity",

@@ -158,6 +158,15 @@ def test_named_query_bytes_per_tier_link_and_hits(data):
     assert sum(
         row[k] for k in ("hbm_hit_share", "dram_hit_share", "ssd_hit_share", "recompute_share")
     ) == pytest.approx(1.0)
+    reused = c["reused_prefix_tokens"].sum()
+    assert row["hit_ratio_of_reused"] == pytest.approx(
+        (
+            c["kv_hbm_hit_tokens"].sum()
+            + c["kv_dram_hit_tokens"].sum()
+            + c["kv_ssd_hit_tokens"].sum()
+        )
+        / reused
+    )
 
 
 def test_named_query_peak_hbm_and_sweep(data):

@@ -103,14 +103,13 @@ def collect_sections(db: Database) -> list[Section]:
     if "replay_calls" in v:
         calls = q("SELECT * FROM replay_calls")
         out.append(Section("Energy per generated token", q(get_query("j_per_output_token").sql)))
-        if all(f"kv_{link}_bytes" in calls.columns for link in C.LINKS):
-            out.append(
-                Section(
-                    "KV bytes per tier link",
-                    q(get_query("bytes_per_tier_link").sql),
-                    C.kv_link_bytes(calls),
-                )
-            )
+        # Totals per link come from summary.json; the time chart needs the per-call columns.
+        links = q(get_query("bytes_per_tier_link").sql)
+        per_call = all(f"kv_{link}_bytes" in calls.columns for link in C.LINKS)
+        if links.height or per_call:
+            chart = C.kv_link_bytes(calls) if per_call else None
+            out.append(Section("KV bytes per tier link", links, chart))
+            out.append(Section("KV hits per tier", q(get_query("kv_hit_tokens").sql)))
     # Context growth from a trace when one is given (its compaction flags), else a replay's calls.
     if "calls" in v:
         calls = q("SELECT * FROM calls")
