@@ -106,7 +106,9 @@ def _print(df: pl.DataFrame, s: dict) -> None:
     if v:
         click.echo("")
         click.echo(
-            f"SEED-19 GB200 leads decode on {v['seed19_mean_lead_share']:.0%} of the interactivity range: {'agrees' if v['seed19_gb200_leads_decode_most_of_curve'] else 'DISAGREES'}"
+            f"SEED-19 GB200 leads decode (> 1 %) on {v['seed19_mean_lead_share']:.0%} of the interactivity range, "
+            f"leads or ties on {v['seed19_mean_lead_or_tie_share']:.0%}: "
+            f"{'agrees' if v['seed19_gb200_leads_decode_most_of_curve'] else 'DISAGREES'}"
         )
         for r in s["seed20_midfill"]:
             click.echo(

@@ -109,20 +109,16 @@ def fill_points(cfg, stage: str) -> dict[str, np.ndarray]:
 
 
 def _fill_cost(fill_cost, cfg, n, p, per_pass):
-    """``fill_cost`` with a per-point ``batch_tokens``; if the cost model takes only a scalar
-    there, call it once per distinct pass size (a few dozen), each call vectorized."""
-    try:
-        c = fill_cost(cfg, n, p, batch_tokens=per_pass)
-        return {k: np.asarray(c[k], dtype=np.float64) for k in ("time_s", "energy_j")}
-    except TypeError:
-        out = {k: np.empty_like(n) for k in ("time_s", "energy_j")}
-        values, inv = np.unique(per_pass, return_inverse=True)
-        for k, v in enumerate(values):
-            m = inv == k
-            c = fill_cost(cfg, n[m], p[m], batch_tokens=float(v))
-            for key in out:
-                out[key][m] = c[key]
-        return out
+    """``fill_cost`` with a per-point ``batch_tokens``: the cost model takes one scalar pass size
+    per call, so call it once per distinct pass size (a few dozen), each call vectorized."""
+    out = {k: np.empty_like(n) for k in ("time_s", "energy_j")}
+    values, inv = np.unique(per_pass, return_inverse=True)
+    for k, v in enumerate(values):
+        m = inv == k
+        c = fill_cost(cfg, n[m], p[m], batch_tokens=float(v))
+        for key in out:
+            out[key][m] = c[key]
+    return out
 
 
 def sweep_config(cfg) -> pl.DataFrame:

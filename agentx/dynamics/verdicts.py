@@ -27,18 +27,28 @@ def _best_by_level(
     return pl.concat(rows)
 
 
+TIE = 0.01  # within 1 % of each other counts as a tie, not a lead
+
+
 def _leader_share(
     front: pl.DataFrame, x: str, y: str, better_low_y: bool, leader: str
-) -> tuple[float, int]:
-    """Share of common ``y`` levels (log grid) at which ``leader`` delivers the highest ``x``."""
+) -> tuple[float, float]:
+    """Shares of common ``y`` levels (log grid) at which ``leader`` delivers the highest ``x``
+    by more than 1 % (a lead), and at which it is within 1 % of the best (a lead or a tie)."""
     lo = front.group_by("system").agg(pl.col(y).min())[y].max()
     hi = front.group_by("system").agg(pl.col(y).max())[y].min()
     if lo is None or hi is None or not lo < hi:
-        return float("nan"), 0
+        return float("nan"), float("nan")
     levels = np.geomspace(lo, hi, 25)
     b = _best_by_level(front, levels, x, y, better_low_y)
-    win = b.sort("best", descending=True).group_by("level", maintain_order=True).first()
-    return float((win["system"] == leader).mean()), len(levels)
+    mine = b.filter(pl.col("system") == leader).select("level", mine="best")
+    others = b.filter(pl.col("system") != leader).group_by("level").agg(other=pl.col("best").max())
+    j = mine.join(others, on="level")
+    if j.height == 0:  # nothing to compare against
+        return float("nan"), float("nan")
+    lead = (j["mine"] > (1 + TIE) * j["other"]).mean()
+    lead_or_tie = (j["mine"] >= (1 - TIE) * j["other"]).mean()
+    return float(lead), float(lead_or_tie)
 
 
 def seed_verdicts(df: pl.DataFrame, hbm_limit_bytes: float = 80e9) -> dict:
@@ -57,11 +67,16 @@ def seed_verdicts(df: pl.DataFrame, hbm_limit_bytes: float = 80e9) -> dict:
         by=("system", "gpus", "stage", "context_tokens"),
     )
     for (g, c), part in dec.group_by(["gpus", "context_tokens"], maintain_order=True):
-        share, _ = _leader_share(
+        share, share_or_tie = _leader_share(
             part, "tokens_per_s_per_gpu", "per_user_tokens_per_s", False, "gb200"
         )
         out["seed19_decode"].append(
-            {"gpus": int(g), "context_tokens": int(c), "gb200_lead_share": share}
+            {
+                "gpus": int(g),
+                "context_tokens": int(c),
+                "gb200_lead_share": share,
+                "gb200_lead_or_tie_share": share_or_tie,
+            }
         )
     mid = frontier(
         df.filter(pl.col("stage") == "midfill"),
@@ -97,9 +112,12 @@ def seed_verdicts(df: pl.DataFrame, hbm_limit_bytes: float = 80e9) -> dict:
         for r in out["seed19_decode"]
         if r["gb200_lead_share"] == r["gb200_lead_share"]
     ]
+    s19_tie = [r["gb200_lead_or_tie_share"] for r in out["seed19_decode"]]
+    s19_tie = [x for x in s19_tie if x == x]
     out["verdict"] = {
         "seed19_gb200_leads_decode_most_of_curve": bool(s19) and float(np.mean(s19)) > 0.5,
         "seed19_mean_lead_share": float(np.mean(s19)) if s19 else float("nan"),
+        "seed19_mean_lead_or_tie_share": float(np.mean(s19_tie)) if s19_tie else float("nan"),
         "seed20_gb200_lowest_midfill_ttft": all(
             r["lowest_ttft_system"] == "gb200" for r in out["seed20_midfill"]
         ),
