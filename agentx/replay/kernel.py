@@ -189,11 +189,12 @@ def _kvb(q, tokens):
 def _fill(q, dtab, n, p, packed):
     """(time, lin, att, weights, kv_r, kv_w, su_timed, so_timed) of one fill."""
     has = 1.0 if n > 0 else 0.0
+    own = np.ceil(n / q.chunk)
     if packed:
         passes = n / q.chunk
         d = q.d_chunk
     else:
-        passes = np.ceil(n / q.chunk)
+        passes = own
         t = n / max(passes, 1.0)
         j = min(int(t), dtab.size - 2)
         d = dtab[j] + (t - j) * (dtab[j + 1] - dtab[j])
@@ -201,9 +202,9 @@ def _fill(q, dtab, n, p, packed):
     pairs = _pairs(q, p + 1.0, n)
     att = pairs * q.att_pair
     if q.mla != 0.0:
-        att = min(att, pairs * q.mha_pair + (passes * p + n) * (q.up_token_layer * q.n_layers))
+        att = min(att, pairs * q.mha_pair + (own * p + n) * (q.up_token_layer * q.n_layers))
     w = passes * q.fill_weights + min(passes, has) * q.head_w + passes * q.expert_w * d
-    kv_r = q.kv_rep * (passes * _kvb(q, p) + max(passes - 1.0, 0.0) * 0.5 * _kvb(q, n))
+    kv_r = q.kv_rep * (own * _kvb(q, p) + max(own - 1.0, 0.0) * 0.5 * _kvb(q, n))
     kv_w = n * q.kv_rep * q.kv_token_b
     ep = n * q.ep_token
     su_t = n * q.tp_token + ep * q.su_frac

@@ -155,9 +155,12 @@ def fill_cost(cfg: ServingConfig, new_tokens, prefix_tokens, batch_tokens=None) 
     lay, m = layout(cfg), cfg.model
     n = np.asarray(new_tokens, dtype=np.float64)
     p = np.asarray(prefix_tokens, dtype=np.float64)
+    # A call's own passes (prefix KV read, latent up-projection) vs the weight loads it bears:
+    # packed with other fills it pays new/batch_tokens of each pass's weights.
+    own = np.ceil(n / float(batch_tokens or cfg.prefill_chunk_tokens))
     if batch_tokens is None:
-        passes = np.ceil(n / cfg.prefill_chunk_tokens)
-        per_pass = n / np.maximum(passes, 1.0)
+        passes = own
+        per_pass = n / np.maximum(own, 1.0)
     else:
         passes = n / float(batch_tokens)
         per_pass = float(batch_tokens)
@@ -177,7 +180,7 @@ def fill_cost(cfg: ServingConfig, new_tokens, prefix_tokens, batch_tokens=None) 
             * m.num_attention_heads
             * (m.qk_head_dim - m.qk_rope_head_dim + m.v_head_dim)
         )
-        att = np.minimum(att, pairs * mha + (passes * p + n) * (up * m.num_layers))
+        att = np.minimum(att, pairs * mha + (own * p + n) * (up * m.num_layers))
     # The LM head runs for each call's last token only: once per call alone, shared by the
     # calls of a packed pass.
     head = np.minimum(passes, has) * lay.head_weight_bytes
@@ -188,8 +191,8 @@ def fill_cost(cfg: ServingConfig, new_tokens, prefix_tokens, batch_tokens=None) 
             lay.exp_replicas * m.num_moe_layers * lay.expert_bytes
         ) * distinct_experts(cfg, per_rep)
     kv_r = lay.kv_rep * (
-        passes * m.kv_bytes(p, cfg.kv_precision)
-        + np.maximum(passes - 1.0, 0.0) * 0.5 * m.kv_bytes(n, cfg.kv_precision)
+        own * m.kv_bytes(p, cfg.kv_precision)
+        + np.maximum(own - 1.0, 0.0) * 0.5 * m.kv_bytes(n, cfg.kv_precision)
     )
     kv_w = n * (lay.kv_rep * cfg.kv_bytes_per_token)
     ep = _ep_bytes(cfg, n)
