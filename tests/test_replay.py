@@ -178,6 +178,10 @@ def test_cli_writes_run_and_is_byte_identical(trace_path, tmp_path):
     }
     manifest = json.loads((outs[0] / "run.json").read_text())
     assert manifest["kind"] == "replay" and manifest["config"]["hw"] == "gb200"
+    import agentx.kv
+
+    if hasattr(agentx.kv, "replay_tiers"):  # the KV tiers ran by default and fed the fills
+        assert manifest["config"]["kv_tiers"] and "kv_tiers" in summary
     assert pl.read_parquet(outs[0] / "calls.parquet").columns[0] == "session_id"
 
 

@@ -146,15 +146,14 @@ def command(
     if run_dir is not None:
         from agentx.runs import write_run
 
-        config = {k: v for k, v in locals().items() if k in _CONFIG_KEYS}
-        config["efficiencies"] = dataclasses.asdict(cfg.efficiencies)
-        config.update(
-            gpus=cfg.gpus,
-            tp=cfg.tp,
-            ep=cfg.ep,
-            dp_attention=cfg.dp_attention,
-            kv_tiers=kv is not None,
-        )
+        config = {
+            "hw": hw, "model": model_name, "gpus": cfg.gpus, "tp": cfg.tp, "ep": cfg.ep, "pp": cfg.pp,
+            "dp_attention": cfg.dp_attention, "weight_precision": cfg.weight_precision,
+            "kv_precision": cfg.kv_precision, "decode_batch": cfg.decode_batch,
+            "prefill_chunk_tokens": cfg.prefill_chunk_tokens, "routing_skew": cfg.routing_skew,
+            "pools": cfg.pools, "kv_tiers": kv is not None,
+            "efficiencies": dataclasses.asdict(cfg.efficiencies),
+        }  # fmt: skip
         write_run(
             run_dir,
             "replay",
@@ -170,19 +169,6 @@ def command(
         _print(result)
     if run_dir is not None and not quiet:
         click.echo(f"wrote {run_dir}", err=True)
-
-
-_CONFIG_KEYS = (
-    "hw",
-    "model_name",
-    "pp",
-    "weight_precision",
-    "kv_precision",
-    "decode_batch",
-    "prefill_chunk_tokens",
-    "routing_skew",
-    "pools",
-)
 
 
 def _has_replay_tiers() -> bool:
