@@ -9,8 +9,10 @@ three numbers (Mattson et al., "Evaluation techniques for storage hierarchies", 
 Distances come from a Fenwick tree over reference times holding, at each block's latest
 reference time, that block's tokens. A call re-reads its whole prefix in the order it was last
 read, so consecutive references whose previous references were also consecutive all share one
-distance (proof in docs/kv-tiers.md); the kernel keeps such runs as *segments* and moves a whole
-segment with range updates, one query and four tree updates per segment instead of per block.
+distance (proof in docs/kv-tiers.md). Pass 1 walks the references and cuts them into such
+*segments* (this needs only each block's previous time, not distances); pass 2 walks the
+segments with a range-update/range-query Fenwick pair over just the segments' boundary times
+(coordinate-compressed, so the trees stay in cache): one query and two range moves per segment.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ import numpy as np
 
 from agentx.kv.blocks import BlockStream
 
-# Columns of the kernel's segment table.
-S_CALL, S_REF0, S_N, S_W, S_READ_TOK, S_IS_READ, S_DIST = range(7)
+# Columns of the kernel's segment table (S_OLD: previous time of the segment's first block).
+S_CALL, S_REF0, S_N, S_W, S_READ_TOK, S_IS_READ, S_DIST, S_OLD = range(8)
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ def lru_stack(stream: BlockStream, kill_off=None, kill_blocks=None) -> StackResu
     if kill_off is None:
         kill_off = np.zeros(stream.n_calls + 1, np.int64)
         kill_blocks = np.zeros(0, np.int64)
-    segs, weight, final, last = _stack_kernel(
+    segs, weight, last, kill_pos, kill_w = _segment_pass(
         stream.ref_block,
         stream.ref_off,
         stream.n_read,
@@ -63,6 +65,22 @@ def lru_stack(stream: BlockStream, kill_off=None, kill_blocks=None) -> StackResu
         kill_off,
         kill_blocks,
     )
+    first = segs[:, S_DIST] < 0
+    old = segs[~first]
+    live = kill_pos >= 0
+    coords = np.unique(
+        np.concatenate(
+            (
+                segs[:, S_REF0] + 1,
+                segs[:, S_REF0] + segs[:, S_N] + 1,
+                old[:, S_OLD] + 1,
+                old[:, S_OLD] + old[:, S_N] + 1,
+                kill_pos[live] + 1,
+                kill_pos[live] + 2,
+            )
+        )
+    )
+    final = _distance_pass(segs, kill_off, kill_pos, kill_w, coords, last, stream.ref_block.size)
     return StackResult(
         call=segs[:, S_CALL],
         ref0=segs[:, S_REF0],
@@ -95,45 +113,49 @@ def _sum(tree, i):  # pragma: no cover (compiled)
 
 
 @nb.njit(cache=True, inline="always")
-def _range_add(b1, b2, lo, hi, v):  # pragma: no cover (compiled)
-    """Add v at 0-based times lo..hi (range-update / range-query Fenwick pair)."""
-    _add(b1, lo + 1, v)
-    _add(b1, hi + 2, -v)
-    _add(b2, lo + 1, v * lo)
-    _add(b2, hi + 2, -v * (hi + 1))
+def _range_add(b1, b2, coords, lo, hi, v):  # pragma: no cover (compiled)
+    """Add v at 0-based times lo..hi (range-update/range-query Fenwick pair over the update
+    positions ``coords``, so the trees are as small as the number of segments, not of times)."""
+    a = np.searchsorted(coords, lo + 1) + 1
+    z = np.searchsorted(coords, hi + 2) + 1
+    _add(b1, a, v)
+    _add(b1, z, -v)
+    _add(b2, a, v * lo)
+    _add(b2, z, -v * (hi + 1))
 
 
 @nb.njit(cache=True, inline="always")
-def _prefix(b1, b2, i):  # pragma: no cover (compiled)
+def _prefix(b1, b2, coords, i):  # pragma: no cover (compiled)
     """Sum of weights at 0-based times 0..i-1."""
-    return _sum(b1, i) * i - _sum(b2, i)
+    c = np.searchsorted(coords, i, side="right")
+    return _sum(b1, c) * i - _sum(b2, c)
 
 
 @nb.njit(cache=True)
-def _stack_kernel(
+def _segment_pass(
     ref_block, ref_off, n_read, write_pos, n_in, reused, bs, n_blocks, kill_off, kill_blocks
 ):  # pragma: no cover
-    t_all = ref_block.size
-    b1 = np.zeros(t_all + 2, np.int64)
-    b2 = np.zeros(t_all + 2, np.int64)
+    """Pass 1, per reference: cut the stream into segments (no distances needed for that)."""
     last = np.full(n_blocks, -1, np.int64)
     weight = np.zeros(n_blocks, np.int64)
+    kill_pos = np.full(kill_blocks.size, -1, np.int64)
+    kill_w = np.zeros(kill_blocks.size, np.int64)
     cap = 4 * ref_off.size + 64
-    segs = np.empty((cap, 7), np.int64)
+    segs = np.empty((cap, 8), np.int64)
     ns = 0
+    # the open segment lives in scalars; it is stored when the next one starts
+    o_call = o_ref0 = o_n = o_w = o_rt = o_read = o_first = o_old = -1
     for k in range(ref_off.size - 1):
         for q in range(kill_off[k], kill_off[k + 1]):
             b = kill_blocks[q]
             if last[b] >= 0:
-                _range_add(b1, b2, last[b], last[b], -weight[b])
+                kill_pos[q], kill_w[q] = last[b], weight[b]
                 last[b] = -1
-        open_ = False
-        s_old = 0  # previous time of the segment's first block
         prev_b = -1
         prev_p = -1
         for r in range(ref_off[k], ref_off[k + 1]):
             i = r - ref_off[k]
-            is_read = i < n_read[k]
+            is_read = 1 if i < n_read[k] else 0
             j = i if is_read else write_pos[k] + i - n_read[k]
             b = ref_block[r]
             p = last[b]
@@ -141,52 +163,71 @@ def _stack_kernel(
                 weight[b] = min(bs, n_in[k] - j * bs)
             w = weight[b]
             rt = min(bs, reused[k] - j * bs) if is_read else 0
-            seg = segs[ns - 1] if open_ else segs[0]
-            extend = (
-                open_
-                and seg[S_IS_READ] == is_read
-                and seg[S_W] == w
+            if (
+                o_call == k
+                and o_read == is_read
+                and o_w == w
                 and b != prev_b
                 and (
-                    (p < 0 and seg[S_DIST] < 0)
-                    or (p >= 0 and seg[S_DIST] >= 0 and p == prev_p + 1 and p < seg[S_REF0])
+                    (p < 0 and o_first == 1)
+                    or (p >= 0 and o_first == 0 and p == prev_p + 1 and p < o_ref0)
                 )
-            )
-            if extend:
-                seg[S_N] += 1
-                seg[S_READ_TOK] += rt
+            ):
+                o_n += 1
+                o_rt += rt
             else:
-                if open_:
-                    _close(b1, b2, segs[ns - 1], s_old)
-                if ns == cap:
-                    grown = np.empty((cap * 2, 7), np.int64)
-                    grown[:cap] = segs
-                    segs = grown
-                    cap *= 2
-                dist = _prefix(b1, b2, r) - _prefix(b1, b2, p) if p >= 0 else -1
-                row = segs[ns]
-                row[S_CALL], row[S_REF0], row[S_N], row[S_W] = k, r, 1, w
-                row[S_READ_TOK], row[S_IS_READ], row[S_DIST] = rt, is_read, dist
-                ns += 1
-                open_ = True
-                s_old = p
+                if o_call >= 0:
+                    if ns == cap:
+                        grown = np.empty((cap * 2, 8), np.int64)
+                        grown[:cap] = segs
+                        segs = grown
+                        cap *= 2
+                    _store(segs[ns], o_call, o_ref0, o_n, o_w, o_rt, o_read, o_first, o_old)
+                    ns += 1
+                o_call, o_ref0, o_n, o_w, o_rt, o_read = k, r, 1, w, rt, is_read
+                o_first, o_old = (1 if p < 0 else 0), p
             last[b] = r
             prev_b = b
             prev_p = p
-        if open_:
-            _close(b1, b2, segs[ns - 1], s_old)
-    final = np.full(n_blocks, -1, np.int64)
-    total = _prefix(b1, b2, t_all)
-    for b in range(n_blocks):
-        if last[b] >= 0:
-            final[b] = total - _prefix(b1, b2, last[b])
-    return segs[:ns].copy(), weight, final, last
+    if o_call >= 0:
+        if ns == cap:
+            grown = np.empty((cap + 1, 8), np.int64)
+            grown[:cap] = segs
+            segs = grown
+        _store(segs[ns], o_call, o_ref0, o_n, o_w, o_rt, o_read, o_first, o_old)
+        ns += 1
+    return segs[:ns].copy(), weight, last, kill_pos, kill_w
 
 
 @nb.njit(cache=True, inline="always")
-def _close(b1, b2, seg, s_old):  # pragma: no cover (compiled)
-    """Move the segment's blocks from their previous times to the segment's times."""
-    n, w = seg[S_N], seg[S_W]
-    if seg[S_DIST] >= 0:
-        _range_add(b1, b2, s_old, s_old + n - 1, -w)
-    _range_add(b1, b2, seg[S_REF0], seg[S_REF0] + n - 1, w)
+def _store(row, call, ref0, n, w, rt, is_read, first, old):  # pragma: no cover (compiled)
+    row[S_CALL], row[S_REF0], row[S_N], row[S_W] = call, ref0, n, w
+    row[S_READ_TOK], row[S_IS_READ], row[S_DIST], row[S_OLD] = rt, is_read, -first, old
+
+
+@nb.njit(cache=True)
+def _distance_pass(segs, kill_off, kill_pos, kill_w, coords, last, t_all):  # pragma: no cover
+    """Pass 2, per segment: one query, then move the segment's blocks to their new times.
+    Fills ``segs[:, S_DIST]`` and returns each block's stack depth after its last reference."""
+    b1 = np.zeros(coords.size + 2, np.int64)
+    b2 = np.zeros(coords.size + 2, np.int64)
+    si = 0
+    n_calls = kill_off.size - 1
+    for k in range(n_calls):
+        for q in range(kill_off[k], kill_off[k + 1]):
+            if kill_pos[q] >= 0:
+                _range_add(b1, b2, coords, kill_pos[q], kill_pos[q], -kill_w[q])
+        while si < segs.shape[0] and segs[si, S_CALL] == k:
+            seg = segs[si]
+            n, w, r, s_old = seg[S_N], seg[S_W], seg[S_REF0], seg[S_OLD]
+            if seg[S_DIST] >= 0:
+                seg[S_DIST] = _prefix(b1, b2, coords, r) - _prefix(b1, b2, coords, s_old)
+                _range_add(b1, b2, coords, s_old, s_old + n - 1, -w)
+            _range_add(b1, b2, coords, r, r + n - 1, w)
+            si += 1
+    final = np.full(last.size, -1, np.int64)
+    total = _prefix(b1, b2, coords, t_all)
+    for b in range(last.size):
+        if last[b] >= 0:
+            final[b] = total - _prefix(b1, b2, coords, last[b])
+    return final
