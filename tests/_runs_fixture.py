@@ -156,7 +156,7 @@ def footprint(capacity: float, kv_bytes: float) -> pl.DataFrame:
 
 
 def kv_curve() -> pl.DataFrame:
-    caps = [1e9, 1e10, 1e11, 1e12]
+    caps = [0.0, 1e9, 1e10, 1e11, 1e12]  # kv-curve's grid starts at 0
     rows = []
     for tier, scale in (("hbm", 1.0), ("dram", 0.8), ("ssd", 0.5)):
         for c in caps:

@@ -153,7 +153,7 @@ def test_context_growth_marks_compactions(db):
 def test_hit_ratio_curve_and_sim(db):
     curve = db.query("SELECT * FROM kv_curve")
     spec = C.hit_ratio_curve(curve).to_dict()
-    assert spec["encoding"]["x"]["scale"]["type"] == "log" and len(data_of(spec)) == curve.height
+    assert spec["encoding"]["x"]["scale"]["type"] == "symlog" and len(data_of(spec)) == curve.height
     ts = db.query("SELECT * FROM sim_timeseries")
     spec = C.sim_timeseries(ts, max_points=5000).to_dict()
     assert spec["resolve"]["scale"]["y"] == "independent"

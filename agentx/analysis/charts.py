@@ -234,7 +234,11 @@ def hit_ratio_curve(kv_curve: pl.DataFrame, by: str | None = None) -> alt.Chart:
         kv_curve.select(cols).with_columns(capacity_gb=pl.col("capacity_bytes") / GB).sort(cols[:2])
     )
     enc = {
-        "x": alt.X("capacity_gb:Q", title="tier capacity (GB)", scale=alt.Scale(type="log")),
+        # symlog, not log: kv-curve starts at capacity 0 (everything recomputed), which a log
+        # axis cannot place (Vega warns and drops it).
+        "x": alt.X(
+            "capacity_gb:Q", title="tier capacity (GB, symlog)", scale=alt.Scale(type="symlog")
+        ),
         "y": alt.Y("hit_ratio:Q", title="hit ratio", axis=alt.Axis(format="%")),
         "color": "tier:N",
         "tooltip": [
