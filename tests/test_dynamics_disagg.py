@@ -66,3 +66,38 @@ def test_weka_set_time_driven_replay(weka_parquet):
     assert s["done"] + s["dropped"] == calls.height and s["not_arrived"] == 0
     assert s["littles_law"]["rel_error"] < 0.03
     assert s["decode_steps"] > 1e6
+
+
+def test_minute_level_pool_resizing_moves_gpus_to_the_busy_fill_pool():
+    """SEED-16's minute time scale: a prefill-heavy load on 8 fill + 24 decode GB200s; the
+    controller moves nodes to the fill pool and time to first token falls."""
+    import numpy as np
+
+    from agentx.dynamics.engine import SimConfig
+
+    rng = np.random.default_rng(1)
+    n = 900
+    calls = pl.DataFrame({
+        "session_id": [f"p{i:04d}" for i in range(n)], "call_index": np.zeros(n, np.int64),
+        "t_start_s": np.sort(rng.uniform(0, 300, n)), "new_tokens": rng.integers(60_000, 140_000, n),
+        "reused_prefix_tokens": np.zeros(n, np.int64), "output_tokens": rng.integers(20, 200, n),
+        "think_time_s": np.zeros(n),
+    })  # fmt: skip
+    cat = load_catalog()
+    runs = {
+        resize: run_layout(calls, cat, "gb200", "kimi-k2", 32, "disaggregated", cfg=SimConfig(resize_pools=resize), fill_gpus=8)
+        for resize in (False, True)
+    }  # fmt: skip
+    fixed, moved = runs[False].summary, runs[True].summary
+    print(
+        {
+            k: (fixed[k], moved[k])
+            for k in ("pool_resizes", "final_fill_gpus", "ttft_s_p50", "mean_utilisation")
+        }
+    )
+    assert fixed["pool_resizes"] == 0 and fixed["final_fill_gpus"] == 8
+    assert moved["pool_resizes"] >= 1 and moved["final_fill_gpus"] > 8
+    assert moved["ttft_s_p50"] < 0.5 * fixed["ttft_s_p50"]
+    ts = runs[True].timeseries
+    assert ts["fill_gpus"].min() == 8 and ts["fill_gpus"].max() == moved["final_fill_gpus"]
+    assert moved["done"] == fixed["done"] == n

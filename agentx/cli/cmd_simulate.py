@@ -43,6 +43,11 @@ from agentx.dynamics.engine import POOLS
 @click.option("--pools", type=click.Choice(POOLS), default="disaggregated", show_default=True)
 @click.option("--fill-gpus", type=int, help="Disaggregated: GPUs of the fill pool (default half).")
 @click.option(
+    "--resize-pools",
+    is_flag=True,
+    help="Disaggregated: once a minute move a node of GPUs to the busier pool (SEED-16).",
+)
+@click.option(
     "--max-batch", type=int, default=256, show_default=True, help="Most sequences per decode step."
 )
 @click.option(
@@ -93,6 +98,7 @@ def command(
     policy,
     pools,
     fill_gpus,
+    resize_pools,
     max_batch,
     chunk_tokens,
     tpot_target_s,
@@ -138,6 +144,7 @@ def command(
         max_wait_s=max_wait_s,
         sample_s=sample_s,
         horizon_s=horizon_s,
+        resize_pools=resize_pools,
     )
     res = run_layout(tr.calls, cat, hw, model_name, gpus, pools, pol, cfg, fill_gpus)
     s = res.summary

@@ -16,7 +16,8 @@ Three policies decide how many waiting calls enter the fill stage and which fill
 Both smoothed policies keep a KV reserve for context growth when admitting into decode and
 cap the decode batch so the step time stays under a TPOT target. Time scales: token-level
 (each decode step): bucket refill, admission, decode joins; buffer management (every second):
-rate update; worker reconfiguration (every minute): the decode batch cap.
+rate update; worker reconfiguration (every minute): the decode batch cap and, with
+``resize_pools``, moving GPUs between the fill and decode pools (``resize_choice``).
 """
 
 from __future__ import annotations
@@ -111,6 +112,20 @@ def batch_cap(q, max_batch, decode_time, ctx_grid, ctx_mean):
         if decode_time[b, g] <= q[Q_TPOT_TARGET_S]:
             return b
     return 1
+
+
+@njit(cache=True)
+def resize_choice(util_fill, util_decode, o, n_layouts):
+    """Worker reconfiguration, once a minute: move one step of GPUs towards the busier pool.
+
+    Layouts are ordered by fill-pool size, so ``o + 1`` gives fill more GPUs. A pool that was
+    busy > 85 % of the last minute gains a step from one that was busy < 60 %.
+    """
+    if util_fill > 0.85 and util_decode < 0.6 and o + 1 < n_layouts:
+        return o + 1
+    if util_decode > 0.85 and util_fill < 0.6 and o > 0:
+        return o - 1
+    return o
 
 
 def oscillation_index(series: np.ndarray, sample_s: float, window_s: float = 120.0) -> dict:

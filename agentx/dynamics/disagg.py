@@ -59,6 +59,27 @@ def build_pools(
     return fill, decode, "scale-out" if fill.crosses_scale_out(decode.gpus) else "scale-up"
 
 
+RESIZE_STEP_GPUS = 8  # pools grow and shrink by one 8-GPU node
+
+
+def resize_layouts(catalog, hw: str, model: str, gpus: int, fill, decode) -> list:
+    """Every split in whole nodes whose two pools both hold the weights, plus the starting one,
+    ordered by fill-pool size (the minute-level controller moves one step at a time)."""
+    from agentx.errors import CapacityError
+
+    layouts = {fill.gpus: (fill, decode)}
+    for nf in range(RESIZE_STEP_GPUS, gpus, RESIZE_STEP_GPUS):
+        if nf in layouts:
+            continue
+        try:
+            pair = (CostModelService.build(catalog, hw, model, nf),
+                    CostModelService.build(catalog, hw, model, gpus - nf))  # fmt: skip
+        except CapacityError:
+            continue
+        layouts[nf] = pair
+    return [layouts[k] for k in sorted(layouts)]
+
+
 def run_layout(
     calls: pl.DataFrame,
     catalog,
@@ -72,7 +93,10 @@ def run_layout(
 ):
     fill, decode, link = build_pools(catalog, hw, model, gpus, pools, fill_gpus)
     cfg = SimConfig(**{**(cfg.__dict__ if cfg else {}), "pools": pools})
-    res = simulate(calls, fill, decode, policy, cfg)
+    layouts = None
+    if cfg.resize_pools and pools == "disaggregated":
+        layouts = resize_layouts(catalog, hw, model, gpus, fill, decode)
+    res = simulate(calls, fill, decode, policy, cfg, layouts)
     res.summary.update(system=hw, gpus=gpus, model=model, kv_link=link)
     return res
 

@@ -43,6 +43,7 @@ TS_COLUMNS = (
     "in_system",
     "kv_used_tokens",
     "step_time_s",
+    "fill_gpus",
 )
 
 
@@ -55,6 +56,7 @@ class SimConfig:
     sample_s: float = 1.0  # timeseries interval
     horizon_s: float = math.inf  # stop the clock here; calls still inside are reported
     link_latency_s: float = 20e-6
+    resize_pools: bool = False  # disaggregated: move GPUs between pools once a minute
 
     def __post_init__(self) -> None:
         if self.pools not in POOLS:
@@ -74,12 +76,22 @@ def simulate(
     decode: ServiceModel,
     policy: AdmissionPolicy | None = None,
     cfg: SimConfig | None = None,
+    layouts: list[tuple[ServiceModel, ServiceModel]] | None = None,
 ) -> SimResult:
+    """Replay ``calls`` on a fill pool and a decode pool (the same model when aggregated).
+
+    ``layouts``: the (fill, decode) splits the minute-level controller may move between when
+    ``cfg.resize_pools``, ordered by fill-pool size and containing (fill, decode).
+    """
     policy = policy or AdmissionPolicy()
     cfg = cfg or SimConfig()
     agg = cfg.pools == "aggregated"
     if agg:
         fill = decode
+    layouts = [(fill, decode)] if agg or not layouts else list(layouts)
+    start = next((k for k, (f, d) in enumerate(layouts) if f is fill and d is decode), None)
+    if start is None:
+        layouts, start = [(fill, decode)], 0
     sid = calls["session_id"]
     n = calls.height
     same_next = np.zeros(n, dtype=bool)
@@ -90,38 +102,30 @@ def simulate(
     new = calls["new_tokens"].to_numpy().astype(np.float64)
     prefix = calls["reused_prefix_tokens"].to_numpy().astype(np.float64)
     out = calls["output_tokens"].to_numpy().astype(np.int64)
-    fc = fill.fill(new, prefix)
-    tab = service_tables(decode, cfg.max_batch)
-    pre = service_tables(fill, 1)
-    link_per_gpu, link_j_per_byte = fill.link(decode.gpus)
-    link_bps = min(fill.gpus, decode.gpus) * link_per_gpu
+    opt, work, energy, dec, pre = _layout_tables(layouts, new, prefix, cfg.max_batch, agg)
+    link_j_per_byte = fill.link(decode.gpus)[1]
     p = np.zeros(K.N_P)
     p[K.P_MODE] = 1.0 if agg else 0.0
     p[K.P_MAX_BATCH] = cfg.max_batch
-    p[K.P_KV_CAP] = decode.kv_capacity_tokens
     p[K.P_CHUNK] = cfg.chunk_tokens
     p[K.P_MAX_WAIT] = cfg.max_wait_s
     p[K.P_SAMPLE] = cfg.sample_s
-    p[K.P_IDLE_FILL_W] = 0.0 if agg else fill.idle_power_w
-    p[K.P_IDLE_DEC_W] = decode.idle_power_w
-    p[K.P_GPUS_FILL] = 0.0 if agg else fill.gpus
-    p[K.P_GPUS_DEC] = decode.gpus
     p[K.P_KV_BPT] = decode.kv_bytes_per_token
-    p[K.P_LINK_BPS] = link_bps
     p[K.P_LINK_J_PER_B] = link_j_per_byte
     p[K.P_HORIZON] = cfg.horizon_s
     p[K.P_LINK_LAT_S] = cfg.link_latency_s
+    p[K.P_OPT0] = start
+    p[K.P_RESIZE] = 1.0 if (cfg.resize_pools and not agg and len(layouts) > 1) else 0.0
     columns = (
         calls["t_start_s"].to_numpy().astype(np.float64),
         calls["think_time_s"].fill_null(0.0).to_numpy().astype(np.float64),
-        new, prefix, out, next_call, first_calls,
-        np.asarray(fc.time_s, dtype=np.float64), np.asarray(fc.energy_j, dtype=np.float64),
+        new, prefix, out, next_call, first_calls, work, energy,
     )  # fmt: skip
-    tables = (tab.decode_time_s, tab.decode_energy_j, tab.ctx_grid_tokens,
-              pre.prefill_time_s, pre.prefill_energy_j, pre.fill_grid_tokens)  # fmt: skip
+    tables = (dec[0], dec[1], dec[2], pre[0], pre[1], pre[2], opt)
     res = K.simulate_kernel(columns, tables, p, policy.vector())
     arrival, admitted, first, done, status, reason, preempt, kv_moved, ts, stats = res
     n_steps, busy_dec_s, busy_fill_s = int(stats[0]), float(stats[1]), float(stats[2])
+    link_bps = float(opt[start, K.O_LINK_BPS])
     frame = _calls_frame(
         calls, arrival, admitted, first, done, status, reason, preempt, kv_moved, out
     )
@@ -129,11 +133,13 @@ def simulate(
     tsf = tsf.with_columns(
         pl.col(c).cast(pl.Int64)
         for c in TS_COLUMNS
-        if c.endswith("_len") or c in ("decode_batch_size", "in_system")
+        if c.endswith("_len") or c in ("decode_batch_size", "in_system", "fill_gpus")
     )
     summary = _summary(frame, tsf, cfg, policy, n_steps, link_bps)
     summary.update(
         iterations=int(stats[3]),
+        pool_resizes=int(stats[4]),
+        final_fill_gpus=0 if agg else int(opt[int(stats[5]), K.O_GPUS_FILL]),
         decode_busy_s=float(busy_dec_s),
         fill_busy_s=float(busy_fill_s),
         fill_gpus=0 if agg else fill.gpus,
@@ -145,6 +151,27 @@ def simulate(
         else 0.0,
     )
     return SimResult(frame, tsf, summary)
+
+
+def _layout_tables(layouts, new, prefix, max_batch: int, agg: bool):
+    """Everything the kernel needs per layout, stacked on a leading layout axis."""
+    opt = np.zeros((len(layouts), K.N_O))
+    work, energy, dec_t, dec_e, pre_t, pre_e = [], [], [], [], [], []
+    for k, (f, d) in enumerate(layouts):
+        per_gpu = f.link(d.gpus)[0]
+        opt[k] = (0.0 if agg else f.gpus, d.gpus, d.kv_capacity_tokens,
+                  min(f.gpus, d.gpus) * per_gpu, 0.0 if agg else f.idle_power_w, d.idle_power_w)  # fmt: skip
+        fc = f.fill(new, prefix)
+        work.append(np.asarray(fc.time_s, dtype=np.float64))
+        energy.append(np.asarray(fc.energy_j, dtype=np.float64))
+        tab, pre = service_tables(d, max_batch), service_tables(f, 1)
+        dec_t.append(tab.decode_time_s)
+        dec_e.append(tab.decode_energy_j)
+        pre_t.append(pre.prefill_time_s)
+        pre_e.append(pre.prefill_energy_j)
+    grid = (tab.ctx_grid_tokens,)
+    return (opt, np.stack(work), np.stack(energy), (np.stack(dec_t), np.stack(dec_e), *grid),
+            (np.stack(pre_t), np.stack(pre_e), pre.fill_grid_tokens))  # fmt: skip
 
 
 def _calls_frame(calls, arrival, admitted, first, done, status, reason, preempt, kv_moved, out):

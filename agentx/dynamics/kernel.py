@@ -12,7 +12,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from agentx.dynamics.admission import batch_cap, decode_fits, fill_admissions, update_rate
+from agentx.dynamics.admission import (
+    batch_cap,
+    decode_fits,
+    fill_admissions,
+    resize_choice,
+    update_rate,
+)
 from agentx.dynamics.kernel_parts import (
     N_TS,
     end_call,
@@ -24,11 +30,12 @@ from agentx.dynamics.kernel_parts import (
 )
 
 # Parameter vector layout (numba freezes these module globals at compile time).
-P_MODE, P_MAX_BATCH, P_KV_CAP, P_CHUNK, P_MAX_WAIT, P_SAMPLE, P_IDLE_FILL_W, P_IDLE_DEC_W = range(8)
-P_GPUS_FILL, P_GPUS_DEC, P_KV_BPT, P_LINK_BPS, P_LINK_J_PER_B, P_HORIZON, P_LINK_LAT_S = range(
-    8, 15
-)
-N_P = 15
+P_MODE, P_MAX_BATCH, P_CHUNK, P_MAX_WAIT, P_SAMPLE, P_KV_BPT, P_LINK_J_PER_B, P_HORIZON = range(8)
+P_LINK_LAT_S, P_OPT0, P_RESIZE = range(8, 11)
+N_P = 11
+# Columns of the layout table: one row per fill/decode split the minute controller may pick.
+O_GPUS_FILL, O_GPUS_DEC, O_KV_CAP, O_LINK_BPS, O_IDLE_FILL_W, O_IDLE_DEC_W = range(6)
+N_O = 6
 DONE, DROPPED, UNARRIVED = 1, 2, 0
 R_NONE, R_TIMEOUT, R_TOO_LONG, R_KV_EXHAUSTED, R_HORIZON = 0, 1, 2, 3, 4
 
@@ -39,11 +46,12 @@ def simulate_kernel(calls, tables, p, q):
     t_start, think, new_tok, prefix_tok, out_tok, next_call, first_calls, fill_work, fill_energy = (
         calls
     )
-    dec_t, dec_e, ctx_grid, pre_t, pre_e, fill_grid = tables
+    dec_t, dec_e, ctx_grid, pre_t, pre_e, fill_grid, opt = tables
     n = t_start.shape[0]
     mode_agg = p[P_MODE] == 1.0
     max_batch = int(p[P_MAX_BATCH])
-    kv_cap = p[P_KV_CAP]
+    o = int(p[P_OPT0])  # current layout (row of ``opt``)
+    gpus_f, gpus_d, kv_cap, link_bps, idle_f, idle_d = opt[o]
     sample_s = p[P_SAMPLE]
     arrival = np.full(n, np.nan)
     admitted = np.full(n, np.nan)
@@ -80,8 +88,11 @@ def simulate_kernel(calls, tables, p, q):
     ts = np.zeros((1024, N_TS))
     nts = 0
     acc = np.zeros(2)  # energy and busy GPU-seconds of the open sample interval
-    snap = np.zeros(7)
-    gpus_all = p[P_GPUS_DEC] + (0.0 if mode_agg else p[P_GPUS_FILL])
+    snap = np.zeros(8)
+    gpus_all = gpus_d + gpus_f
+    busy_f_min = 0.0
+    busy_d_min = 0.0
+    n_resize = 0
     ctrl = np.zeros(4)  # rate, integral, ewma arrivals, ewma uptake
     ctrl[0] = q[1] / max(q[2], 1e-9)
     bucket = q[7]
@@ -126,7 +137,24 @@ def simulate_kernel(calls, tables, p, q):
         while t >= next_min:
             if nb > 0:
                 ctx_mean_seen = kv_used / nb
-            cap_b = batch_cap(q, max_batch, dec_t, ctx_grid, ctx_mean_seen)
+            o2 = o
+            if p[P_RESIZE] != 0.0:
+                o2 = resize_choice(busy_f_min / 60.0, busy_d_min / 60.0, o, opt.shape[0])
+            if o2 != o:  # move GPUs between the pools: queued fill work runs at the new speed
+                for c in range(fh, ft):
+                    i = fq[c % cap]
+                    if gen[i] == 0:
+                        rem_work[i] *= fill_work[o2, i] / max(fill_work[o, i], 1e-12)
+                        e_rate[i] = fill_energy[o2, i] / max(fill_work[o2, i], 1e-12)
+                    else:
+                        r0 = interp1(pre_t[o], fill_grid, ctx[i])
+                        rem_work[i] *= interp1(pre_t[o2], fill_grid, ctx[i]) / max(r0, 1e-12)
+                o = o2
+                gpus_f, gpus_d, kv_cap, link_bps, idle_f, idle_d = opt[o]
+                n_resize += 1
+            busy_f_min = 0.0
+            busy_d_min = 0.0
+            cap_b = batch_cap(q, max_batch, dec_t[o], ctx_grid, ctx_mean_seen)
             next_min += 60.0
         # admission timeouts, then token-level admission into fill
         while wt > wh and t - arrival[wq[wh % cap]] > p[P_MAX_WAIT]:
@@ -141,8 +169,8 @@ def simulate_kernel(calls, tables, p, q):
             wh += 1
             admitted[i] = t
             rem_tok[i] = max(new_tok[i], 1.0)
-            rem_work[i] = fill_work[i]
-            e_rate[i] = fill_energy[i] / fill_work[i] if fill_work[i] > 0 else 0.0
+            rem_work[i] = fill_work[o, i]
+            e_rate[i] = fill_energy[o, i] / fill_work[o, i] if fill_work[o, i] > 0 else 0.0
             fq[ft % cap] = i
             ft += 1
         # token level: ready sequences join the decode batch while their KV fits
@@ -161,8 +189,8 @@ def simulate_kernel(calls, tables, p, q):
         dec_dt = 0.0
         dec_en = 0.0
         if nb > 0:
-            dec_dt = interp_row(dec_t, nb, ctx_grid, kv_used / nb)
-            dec_en = interp_row(dec_e, nb, ctx_grid, kv_used / nb)
+            dec_dt = interp_row(dec_t[o], nb, ctx_grid, kv_used / nb)
+            dec_en = interp_row(dec_e[o], nb, ctx_grid, kv_used / nb)
         fill_busy = 0.0
         fill_en = 0.0
         link_en = 0.0
@@ -231,7 +259,7 @@ def simulate_kernel(calls, tables, p, q):
             else:
                 nbytes = ctx[i] * p[P_KV_BPT]
                 start = max(tf, link_free)
-                xend[i] = start + p[P_LINK_LAT_S] + nbytes / p[P_LINK_BPS]
+                xend[i] = start + p[P_LINK_LAT_S] + nbytes / link_bps
                 link_free = xend[i]
                 kv_moved[i] += nbytes
                 link_en += nbytes * p[P_LINK_J_PER_B]
@@ -268,28 +296,30 @@ def simulate_kernel(calls, tables, p, q):
                 else:
                     preempt[i] += 1
                     rem_tok[i] = ctx[i]
-                    rem_work[i] = interp1(pre_t, fill_grid, ctx[i])
-                    e_rate[i] = interp1(pre_e, fill_grid, ctx[i]) / max(rem_work[i], 1e-12)
+                    rem_work[i] = interp1(pre_t[o], fill_grid, ctx[i])
+                    e_rate[i] = interp1(pre_e[o], fill_grid, ctx[i]) / max(rem_work[i], 1e-12)
                     fq[ft % cap] = i
                     ft += 1
         if q[0] != 0:
             bucket = min(q[7], bucket + ctrl[0] * dt)
         busy_dec_s += dec_dt
         busy_fill_s += fill_busy
+        busy_d_min += dec_dt
+        busy_f_min += fill_busy
         # energy and busy GPU-seconds, spread over the fixed sample intervals
         if mode_agg:
-            busy = p[P_GPUS_DEC] * dt if (dec_dt + fill_busy) > 0 else 0.0
-            idle_e = p[P_IDLE_DEC_W] * dt if busy == 0 else 0.0
+            busy = gpus_d * dt if (dec_dt + fill_busy) > 0 else 0.0
+            idle_e = idle_d * dt if busy == 0 else 0.0
         else:
-            busy = p[P_GPUS_DEC] * dec_dt + p[P_GPUS_FILL] * fill_busy
-            idle_e = p[P_IDLE_DEC_W] * (dt - dec_dt) + p[P_IDLE_FILL_W] * (dt - fill_busy)
+            busy = gpus_d * dec_dt + gpus_f * fill_busy
+            idle_e = idle_d * (dt - dec_dt) + idle_f * (dt - fill_busy)
         e_tot = dec_en + fill_en + link_en + idle_e
         snap[0], snap[1], snap[2], snap[3] = wt - wh, ft - fh, rt - rh, nb
-        snap[4], snap[5], snap[6] = cnt[0], kv_used, dec_dt
+        snap[4], snap[5], snap[6], snap[7] = cnt[0], kv_used, dec_dt, gpus_f
         ts, nts = spread(ts, nts, t0, sample_s, t, t1, e_tot, busy, gpus_all, acc, snap)
         t = t1
     for i in range(n):
         if status[i] == UNARRIVED and not np.isnan(arrival[i]):
             status[i], reason[i], done[i] = DROPPED, R_HORIZON, t
-    stats = np.array([n_steps, busy_dec_s, busy_fill_s, n_iter])
+    stats = np.array([n_steps, busy_dec_s, busy_fill_s, n_iter, n_resize, o])
     return arrival, admitted, first, done, status, reason, preempt, kv_moved, ts[:nts], stats

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-N_TS = 10  # timeseries columns, see engine.TS_COLUMNS
+N_TS = 11  # timeseries columns, see engine.TS_COLUMNS
 
 
 @njit(cache=True)
@@ -75,7 +75,7 @@ def spread(ts, nts, t0, sample_s, a, t1, e_tot, busy, gpus_all, acc, snap):
         ts[nts, 1:5] = snap[0:4]
         ts[nts, 5] = acc[1] / (sample_s * gpus_all)
         ts[nts, 6] = acc[0] / sample_s
-        ts[nts, 7:10] = snap[4:7]
+        ts[nts, 7:11] = snap[4:8]
         nts += 1
         acc[:] = 0.0
         a = bin_end
