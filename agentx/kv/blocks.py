@@ -64,7 +64,7 @@ def build_blocks(
     trace: Trace, block_size_tokens: int | None = None, *, share_prefix: bool = True
 ) -> BlockStream:
     """The reference stream of ``trace`` at ``block_size_tokens`` (default: the trace's own)."""
-    df = trace.calls.with_row_index("_row")
+    df = trace.calls
     use_hashes = df.height > 0 and bool(df["block_hashes"].is_not_null().all())
     native = _native_block_size(df, trace) if use_hashes else None
     bs = int(block_size_tokens) if block_size_tokens is not None else (native or 64)
@@ -74,16 +74,22 @@ def build_blocks(
         raise UsageError(
             f"--block-size-tokens {bs} must be a multiple of the trace's {native}-token hash blocks"
         )
-    df = df.sort([*ORDER], maintain_order=True)
-    n_in = df["input_tokens"].to_numpy().astype(np.int64)
-    reused = df["reused_prefix_tokens"].to_numpy().astype(np.int64)
+    # time order without moving the (large) hash lists: per-call columns are gathered instead
+    row = df.select(pl.arg_sort_by([*ORDER], maintain_order=True)).to_series().to_numpy()
+    row = row.astype(np.int64)
+
+    def col(name: str) -> np.ndarray:
+        return df[name].to_numpy()[row].astype(np.int64)
+
+    n_in = col("input_tokens")
+    reused = col("reused_prefix_tokens")
     n_blk = -(-n_in // bs)
     n_read = -(-reused // bs)
     write_pos = n_read.copy() if use_hashes else reused // bs
     ref_off = np.zeros(df.height + 1, np.int64)
     np.cumsum(n_read + n_blk - write_pos, out=ref_off[1:])
-    chain, agent = _chains(df)
-    spt = df["shared_prefix_tokens"].to_numpy().astype(np.int64) // bs
+    chain, agent = (a[row] for a in _chains(df))
+    spt = col("shared_prefix_tokens") // bs
     if not share_prefix:
         spt[:] = 0
     # Shared-prefix ids come first: one run of ids per distinct shared_prefix_tokens value.
@@ -93,7 +99,7 @@ def build_blocks(
     out = np.empty(int(ref_off[-1]), np.int64)
     geo = (n_blk, n_read, write_pos, ref_off, spt, sh_base)
     if use_hashes:
-        n_blocks = _hash_ids(df, trace.hash_scope, bs // native, geo, n_shared, out)
+        n_blocks = _hash_ids(df, row, trace.hash_scope, bs // native, geo, n_shared, out)
     else:
         order = np.lexsort((np.arange(len(chain)), chain))
         n_blocks = int(_synth_kernel(order, chain, *geo, n_shared, out))
@@ -101,7 +107,7 @@ def build_blocks(
     shared[:n_shared] = True
     return BlockStream(
         block_size_tokens=bs,
-        row=df["_row"].to_numpy().astype(np.int64),
+        row=row,
         ref_off=ref_off,
         n_read=n_read,
         write_pos=write_pos,
@@ -112,7 +118,7 @@ def build_blocks(
         shared=shared,
         chain=chain,
         agent=agent,
-        compaction=df["is_compaction"].to_numpy(),
+        compaction=df["is_compaction"].to_numpy()[row],
     )
 
 
@@ -147,7 +153,7 @@ def _chains(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 SMALL = 1 << 32  # hash values below this are offset per namespace; larger ones are ranked
 
 
-def _hash_ids(df, scope, m, geo, id0, out) -> int:
+def _hash_ids(df, row, scope, m, geo, id0, out) -> int:
     """Dense ids from the (namespaced) hash of each block's last trace block; returns the count.
 
     Hashes are mostly small counters (Weka numbers blocks 1, 2, … per session): offsetting each
@@ -177,7 +183,9 @@ def _hash_ids(df, scope, m, geo, id0, out) -> int:
         pairs = pl.DataFrame({"ns": big_ns, "h": flat[big_pos]})
         big_key = n + pairs.select(pl.struct("ns", "h").rank("dense")).to_series().to_numpy() - 1
         n = int(big_key.max()) + 1
-    _hash_kernel(flat, hoff, lens, ns, base, big_pos, big_key.astype(np.int64), m, *geo, out)
+    _hash_kernel(
+        flat, hoff[row], lens[row], ns[row], base, big_pos, big_key.astype(np.int64), m, *geo, out
+    )
     return n
 
 
