@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from agentx.replay.replay import TRACE_COLUMNS
 from agentx.runs import write_run
 from agentx.traces import schema as S
 from agentx.traces.io import Trace, trace_metadata, write_trace
@@ -91,16 +92,7 @@ def replay_calls(trace: pl.DataFrame, speed: float) -> pl.DataFrame:
             (expr * 1e9).alias(f"{st}_comm_bytes"),
         ]
     # like agentx.replay: only the trace's keys and token counts travel into the calls table
-    keys = [
-        "session_id",
-        "call_index",
-        "agent_id",
-        "t_start_s",
-        "input_tokens",
-        "reused_prefix_tokens",
-        "new_tokens",
-        "output_tokens",
-    ]
+    keys = TRACE_COLUMNS
     df = trace.with_columns(cols).select(*keys, *[c.meta.output_name() for c in cols])
     e = [f"{s}_energy_j" for s in STAGES]
     hbm = (pl.col("reused_prefix_tokens") * 0.7).cast(pl.Int64)

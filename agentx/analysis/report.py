@@ -72,92 +72,70 @@ def _bundle() -> str:
 
 
 def collect_sections(db: Database) -> list[Section]:
-    """The tables and charts the loaded runs can answer, in reading order."""
-    v = db.views
-    q = db.query
+    """The tables and charts the loaded inputs can answer, in reading order."""
+    v, q = db.views, db.query
     out: list[Section] = []
+
+    def add(title: str, table: pl.DataFrame | None = None, chart=None) -> None:
+        out.append(Section(title, table, chart))
+
+    def named(name: str) -> pl.DataFrame:
+        return q(get_query(name).sql)
+
     if "runs" in v:
-        out.append(
-            Section(
-                "Runs", q("SELECT run, kind, system, model, gpus, run_id FROM runs ORDER BY run")
-            )
-        )
+        add("Runs", q("SELECT run, kind, system, model, gpus, run_id FROM runs ORDER BY run"))
         for title, sql in (
             ("Headline figures per run", HEADLINE_SQL),
             ("SEED checks (1 = agrees)", VERDICT_SQL),
             ("KV tiers (replay summary)", KV_TIERS_SQL),
         ):
-            table = q(sql)
-            if table.height:
-                out.append(Section(title, table))
+            if (table := q(sql)).height:
+                add(title, table)
     if "sessions" in v:
-        out.append(Section("Traces", q(get_query("session_growth").sql)))
+        add("Traces", named("session_growth"))
     if "stages" in v:
-        out.append(
-            Section(
-                "Energy and time per stage",
-                q(get_query("energy_per_stage").sql),
-                C.stage_shares(q("SELECT * FROM stages"), by="run"),
-            )
+        add(
+            "Energy and time per stage",
+            named("energy_per_stage"),
+            C.stage_shares(q("SELECT * FROM stages"), by="run"),
         )
     if "replay_calls" in v:
         calls = q("SELECT * FROM replay_calls")
-        out.append(Section("Energy per generated token", q(get_query("j_per_output_token").sql)))
+        add("Energy per generated token", named("j_per_output_token"))
         # Totals per link come from summary.json; the time chart needs the per-call columns.
-        links = q(get_query("bytes_per_tier_link").sql)
+        links = named("bytes_per_tier_link")
         per_call = all(f"kv_{link}_bytes" in calls.columns for link in C.LINKS)
         if links.height or per_call:
-            chart = C.kv_link_bytes(calls) if per_call else None
-            out.append(Section("KV bytes per tier link", links, chart))
-            out.append(Section("KV hits per tier", q(get_query("kv_hit_tokens").sql)))
+            add("KV bytes per tier link", links, C.kv_link_bytes(calls) if per_call else None)
+            add("KV hits per tier", named("kv_hit_tokens"))
     # Context growth from a trace when one is given (its compaction flags), else a replay's calls.
-    if "calls" in v:
-        calls = q("SELECT * FROM calls")
-        first = calls["trace"].min()
-        out.append(
-            Section(
-                f"Context growth ({first})",
-                None,
-                C.context_growth(calls.filter(pl.col("trace") == first)),
-            )
-        )
-    elif "replay_calls" in v:
-        first = calls["run"].min()
-        out.append(
-            Section(
-                f"Context growth ({first})",
-                None,
-                C.context_growth(calls.filter(pl.col("run") == first)),
-            )
-        )
+    if "calls" in v or "replay_calls" in v:
+        key = "trace" if "calls" in v else "run"
+        calls = q(f"SELECT * FROM {'calls' if key == 'trace' else 'replay_calls'}")
+        first = calls[key].min()
+        add(f"Context growth ({first})", None, C.context_growth(calls.filter(pl.col(key) == first)))
     if "footprint" in v:
-        out.append(
-            Section(
-                "HBM footprint per GPU",
-                q(get_query("peak_hbm_per_gpu").sql),
-                C.hbm_footprint(q("SELECT * FROM footprint")),
-            )
+        add(
+            "HBM footprint per GPU",
+            named("peak_hbm_per_gpu"),
+            C.hbm_footprint(q("SELECT * FROM footprint")),
         )
     if "kv_curve" in v:
         curve = q("SELECT * FROM kv_curve")
         by = "run" if curve["run"].n_unique() > 1 else None
-        out.append(Section("KV hit ratio against capacity", None, C.hit_ratio_curve(curve, by=by)))
+        add("KV hit ratio against capacity", None, C.hit_ratio_curve(curve, by=by))
     if "sweep" in v:
-        out.append(
-            Section(
-                "Latency–throughput",
-                q(get_query("best_throughput").sql),
-                C.latency_throughput(q("SELECT * FROM sweep")),
-            )
+        add(
+            "Latency–throughput",
+            named("best_throughput"),
+            C.latency_throughput(q("SELECT * FROM sweep")),
         )
     if "sim_timeseries" in v:
         ts = q("SELECT * FROM sim_timeseries")
-        out.append(
-            Section(
-                "Serving dynamics",
-                None,
-                C.sim_timeseries(ts, by="run" if ts["run"].n_unique() > 1 else None),
-            )
+        add(
+            "Serving dynamics",
+            None,
+            C.sim_timeseries(ts, by="run" if ts["run"].n_unique() > 1 else None),
         )
     return out
 
