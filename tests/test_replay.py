@@ -209,6 +209,21 @@ def test_cli_json(trace_path):
             "Error: --tp 3 does not divide the 8 GPUs of a pipeline stage",
         ),
         (
+            ["--hw", "h200", "--routing-skew", "-1"],
+            2,
+            "Error: --routing-skew must be ≥ 0, got -1.0",
+        ),
+        (
+            ["--hw", "b200", "--decode-batch", "0"],
+            2,
+            "Error: --decode-batch must be a positive integer, got 0",
+        ),
+        (
+            ["--hw", "h200", "--model", "kimi-k2", "--ep", "512", "--gpus", "512"],
+            2,
+            "Error: --ep 512 exceeds the 384 routed experts of kimi-k2",
+        ),
+        (
             ["--hw", "h100", "--model", "deepseek-v3", "--gpus", "8"],
             1,
             "Error: deepseek-v3 weights need 98.9 GB per GPU on 8 × h100 (tp 1, ep 8, dp-attention, fp8); "

@@ -227,3 +227,19 @@ def make_layout_replicas(cfg) -> int:
     from agentx.replay.config import layout
 
     return layout(cfg).att_replicas
+
+
+def test_default_efficiencies_are_cited_fractions():
+    from agentx.replay.config import default_efficiencies
+
+    for hw in ("h100", "h200", "b200", "b300", "gb200", "gb300", "mi300x", "mi355x", "tpu7x"):
+        eff = default_efficiencies(CAT.system(hw))
+        for stage in STAGES:
+            e = getattr(eff, stage)
+            assert 0.3 < e.compute < 0.8 and 0.5 < e.memory <= 0.9, (hw, stage)
+            assert "NOTES.md (d)" in e.source
+    # MAMF-scaled: the chip with the weakest measured matmuls gets the lowest compute fraction
+    assert (
+        default_efficiencies(CAT.system("mi300x"), "bf16").prefill.compute
+        < default_efficiencies(CAT.system("h200"), "bf16").prefill.compute
+    )
