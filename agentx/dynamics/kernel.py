@@ -12,23 +12,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from agentx.dynamics.admission import (
-    batch_cap,
-    decode_fits,
-    fill_admissions,
-    resize_choice,
-    update_rate,
-)
-from agentx.dynamics.kernel_parts import (
-    N_TS,
-    end_call,
-    heap_pop,
-    heap_push,
-    interp1,
-    interp_row,
-    spread,
-)
+from agentx.dynamics import admission as A
+from agentx.dynamics import kernel_parts as KP
 
+N_TS = KP.N_TS
 # Parameter vector layout (numba freezes these module globals at compile time).
 P_MODE, P_MAX_BATCH, P_CHUNK, P_MAX_WAIT, P_SAMPLE, P_KV_BPT, P_LINK_J_PER_B, P_HORIZON = range(8)
 P_LINK_LAT_S, P_OPT0, P_RESIZE = range(8, 11)
@@ -82,7 +69,7 @@ def simulate_kernel(calls, tables, p, q):
     hv = np.empty(first_calls.shape[0] + 1, np.int64)
     hs = 0
     for i in first_calls:
-        hs = heap_push(hk, hv, hs, t_start[i], i)
+        hs = KP.heap_push(hk, hv, hs, t_start[i], i)
     t = hk[0] if hs > 0 else 0.0
     t0 = t
     ts = np.zeros((1024, N_TS))
@@ -116,11 +103,11 @@ def simulate_kernel(calls, tables, p, q):
         while hs > 0 and hk[0] <= t:
             i = hv[0]
             arrival[i] = hk[0]
-            hs = heap_pop(hk, hv, hs)
+            hs = KP.heap_pop(hk, hv, hs)
             cnt[0] += 1
             arr_sec += 1.0
             if prefix_tok[i] + new_tok[i] + 1 > kv_cap:
-                hs = end_call(i, t, DROPPED, R_TOO_LONG, out, cnt, ses, heap, hs)
+                hs = KP.end_call(i, t, DROPPED, R_TOO_LONG, out, cnt, ses, heap, hs)
             else:
                 wq[wt % cap] = i
                 wt += 1
@@ -130,7 +117,7 @@ def simulate_kernel(calls, tables, p, q):
             xh += 1
         # buffer management (seconds) and worker reconfiguration (minutes)
         while t >= next_sec:
-            update_rate(q, ctrl, float((ft - fh) + (xt - xh) + (rt - rh)), arr_sec, up_sec)
+            A.update_rate(q, ctrl, float((ft - fh) + (xt - xh) + (rt - rh)), arr_sec, up_sec)
             arr_sec = 0.0
             up_sec = 0.0
             next_sec += 1.0
@@ -139,29 +126,35 @@ def simulate_kernel(calls, tables, p, q):
                 ctx_mean_seen = kv_used / nb
             o2 = o
             if p[P_RESIZE] != 0.0:
-                o2 = resize_choice(busy_f_min / 60.0, busy_d_min / 60.0, o, opt.shape[0])
+                o2 = A.resize_choice(busy_f_min / 60.0, busy_d_min / 60.0, o, opt.shape[0])
             if o2 != o:  # move GPUs between the pools: queued fill work runs at the new speed
-                for c in range(fh, ft):
-                    i = fq[c % cap]
-                    if gen[i] == 0:
-                        rem_work[i] *= fill_work[o2, i] / max(fill_work[o, i], 1e-12)
-                        e_rate[i] = fill_energy[o2, i] / max(fill_work[o2, i], 1e-12)
-                    else:
-                        r0 = interp1(pre_t[o], fill_grid, ctx[i])
-                        rem_work[i] *= interp1(pre_t[o2], fill_grid, ctx[i]) / max(r0, 1e-12)
+                queue = (fq, fh, ft, cap)
+                KP.rescale_fills(
+                    queue,
+                    gen,
+                    ctx,
+                    rem_work,
+                    e_rate,
+                    fill_work,
+                    fill_energy,
+                    pre_t,
+                    fill_grid,
+                    o,
+                    o2,
+                )
                 o = o2
                 gpus_f, gpus_d, kv_cap, link_bps, idle_f, idle_d = opt[o]
                 n_resize += 1
             busy_f_min = 0.0
             busy_d_min = 0.0
-            cap_b = batch_cap(q, max_batch, dec_t[o], ctx_grid, ctx_mean_seen)
+            cap_b = A.batch_cap(q, max_batch, dec_t[o], ctx_grid, ctx_mean_seen)
             next_min += 60.0
         # admission timeouts, then token-level admission into fill
         while wt > wh and t - arrival[wq[wh % cap]] > p[P_MAX_WAIT]:
             i = wq[wh % cap]
             wh += 1
-            hs = end_call(i, t, DROPPED, R_TIMEOUT, out, cnt, ses, heap, hs)
-        k = fill_admissions(q, wt - wh, bucket, rt == rh and nb < cap_b and kv_used < kv_cap)
+            hs = KP.end_call(i, t, DROPPED, R_TIMEOUT, out, cnt, ses, heap, hs)
+        k = A.fill_admissions(q, wt - wh, bucket, rt == rh and nb < cap_b and kv_used < kv_cap)
         if q[0] != 0:
             bucket -= k
         for _ in range(k):
@@ -176,7 +169,7 @@ def simulate_kernel(calls, tables, p, q):
         # token level: ready sequences join the decode batch while their KV fits
         while rt > rh and nb < cap_b:
             i = rq[rh % cap]
-            if not decode_fits(q, kv_used, ctx[i], kv_cap) and nb > 0:
+            if not A.decode_fits(q, kv_used, ctx[i], kv_cap) and nb > 0:
                 break
             rh += 1
             batch[nb] = i
@@ -189,26 +182,16 @@ def simulate_kernel(calls, tables, p, q):
         dec_dt = 0.0
         dec_en = 0.0
         if nb > 0:
-            dec_dt = interp_row(dec_t[o], nb, ctx_grid, kv_used / nb)
-            dec_en = interp_row(dec_e[o], nb, ctx_grid, kv_used / nb)
+            dec_dt = KP.interp_row(dec_t[o], nb, ctx_grid, kv_used / nb)
+            dec_en = KP.interp_row(dec_e[o], nb, ctx_grid, kv_used / nb)
         fill_busy = 0.0
         fill_en = 0.0
         link_en = 0.0
         filled = np.empty(0, np.int64)
         if mode_agg:
-            budget = p[P_CHUNK]
-            while ft > fh and budget > 0:
-                i = fq[fh % cap]
-                take = min(rem_tok[i], budget)
-                w = rem_work[i] * take / rem_tok[i]
-                fill_busy += w
-                fill_en += w * e_rate[i]
-                rem_tok[i] -= take
-                rem_work[i] -= w
-                budget -= take
-                if rem_tok[i] <= 0:
-                    fh += 1
-                    filled = np.append(filled, i)
+            fh, fill_busy, fill_en, filled = KP.fill_chunk(
+                fq, fh, ft, cap, p[P_CHUNK], rem_tok, rem_work, e_rate
+            )
             dt = dec_dt + fill_busy
         else:
             dt = dec_dt
@@ -227,22 +210,9 @@ def simulate_kernel(calls, tables, p, q):
             dt = max(nxt - t, 1e-9)
         t1 = t + dt
         if not mode_agg:
-            tt = t
-            while ft > fh:
-                i = fq[fh % cap]
-                if tt + rem_work[i] <= t1:
-                    tt += rem_work[i]
-                    fill_en += rem_work[i] * e_rate[i]
-                    rem_work[i] = 0.0
-                    fh += 1
-                    filled = np.append(filled, i)
-                    fill_end[i] = tt
-                else:
-                    fill_en += (t1 - tt) * e_rate[i]
-                    rem_work[i] -= t1 - tt
-                    tt = t1
-                    break
-            fill_busy = tt - t
+            fh, fill_busy, fill_en, filled = KP.fill_serve(
+                fq, fh, ft, cap, t, t1, rem_work, e_rate, fill_end
+            )
         # fills that completed in this iteration: first token, then transfer or ready buffer
         for i in filled:
             tf = fill_end[i] if not mode_agg else t1
@@ -252,7 +222,7 @@ def simulate_kernel(calls, tables, p, q):
                 gen[i] = 1
                 ctx[i] = prefix_tok[i] + new_tok[i] + 1
             if gen[i] >= out_tok[i]:
-                hs = end_call(i, tf, DONE, R_NONE, out, cnt, ses, heap, hs)
+                hs = KP.end_call(i, tf, DONE, R_NONE, out, cnt, ses, heap, hs)
             elif mode_agg:
                 rq[rt % cap] = i
                 rt += 1
@@ -275,7 +245,7 @@ def simulate_kernel(calls, tables, p, q):
                 gen[i] += 1
                 ctx[i] += 1
                 if gen[i] >= out_tok[i]:
-                    hs = end_call(i, t1, DONE, R_NONE, out, cnt, ses, heap, hs)
+                    hs = KP.end_call(i, t1, DONE, R_NONE, out, cnt, ses, heap, hs)
                     kv_used -= ctx[i]
                     nb -= 1
                     batch[m] = batch[nb]
@@ -292,12 +262,12 @@ def simulate_kernel(calls, tables, p, q):
                 batch[v] = batch[nb]
                 kv_used -= ctx[i]
                 if nb == 0:
-                    hs = end_call(i, t1, DROPPED, R_KV_EXHAUSTED, out, cnt, ses, heap, hs)
+                    hs = KP.end_call(i, t1, DROPPED, R_KV_EXHAUSTED, out, cnt, ses, heap, hs)
                 else:
                     preempt[i] += 1
                     rem_tok[i] = ctx[i]
-                    rem_work[i] = interp1(pre_t[o], fill_grid, ctx[i])
-                    e_rate[i] = interp1(pre_e[o], fill_grid, ctx[i]) / max(rem_work[i], 1e-12)
+                    rem_work[i] = KP.interp1(pre_t[o], fill_grid, ctx[i])
+                    e_rate[i] = KP.interp1(pre_e[o], fill_grid, ctx[i]) / max(rem_work[i], 1e-12)
                     fq[ft % cap] = i
                     ft += 1
         if q[0] != 0:
@@ -316,7 +286,7 @@ def simulate_kernel(calls, tables, p, q):
         e_tot = dec_en + fill_en + link_en + idle_e
         snap[0], snap[1], snap[2], snap[3] = wt - wh, ft - fh, rt - rh, nb
         snap[4], snap[5], snap[6], snap[7] = cnt[0], kv_used, dec_dt, gpus_f
-        ts, nts = spread(ts, nts, t0, sample_s, t, t1, e_tot, busy, gpus_all, acc, snap)
+        ts, nts = KP.spread(ts, nts, t0, sample_s, t, t1, e_tot, busy, gpus_all, acc, snap)
         t = t1
     for i in range(n):
         if status[i] == UNARRIVED and not np.isnan(arrival[i]):

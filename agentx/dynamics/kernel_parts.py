@@ -98,3 +98,61 @@ def end_call(i, t_end, st, why, out, cnt, ses, heap, hs):
     if j >= 0:
         hs = heap_push(hk, hv, hs, max(t_start[j], t_end + think[j]), j)
     return hs
+
+
+@njit(cache=True)
+def rescale_fills(queue, gen, ctx, rem_work, e_rate, fill_work, fill_energy, pre_t, grid, o, o2):
+    """Fill work still queued runs at the speed of the new fill pool (layout ``o2``)."""
+    fq, fh, ft, cap = queue
+    for c in range(fh, ft):
+        i = fq[c % cap]
+        if gen[i] == 0:
+            rem_work[i] *= fill_work[o2, i] / max(fill_work[o, i], 1e-12)
+            e_rate[i] = fill_energy[o2, i] / max(fill_work[o2, i], 1e-12)
+        else:  # a preempted sequence waiting to be recomputed
+            r0 = interp1(pre_t[o], grid, ctx[i])
+            rem_work[i] *= interp1(pre_t[o2], grid, ctx[i]) / max(r0, 1e-12)
+
+
+@njit(cache=True)
+def fill_chunk(fq, fh, ft, cap, budget, rem_tok, rem_work, e_rate):
+    """Aggregated: up to ``budget`` fill tokens ride on this decode step (chunked prefill).
+    Returns the new queue head, the fill seconds and joules added, and the fills finished."""
+    busy, energy = 0.0, 0.0
+    filled = np.empty(0, np.int64)
+    while ft > fh and budget > 0:
+        i = fq[fh % cap]
+        take = min(rem_tok[i], budget)
+        w = rem_work[i] * take / rem_tok[i]
+        busy += w
+        energy += w * e_rate[i]
+        rem_tok[i] -= take
+        rem_work[i] -= w
+        budget -= take
+        if rem_tok[i] <= 0:
+            fh += 1
+            filled = np.append(filled, i)
+    return fh, busy, energy, filled
+
+
+@njit(cache=True)
+def fill_serve(fq, fh, ft, cap, t, t1, rem_work, e_rate, fill_end):
+    """Disaggregated: the fill pool works through its FIFO queue from ``t`` to ``t1``; each
+    finished fill's exact end time goes to ``fill_end``."""
+    tt, energy = t, 0.0
+    filled = np.empty(0, np.int64)
+    while ft > fh:
+        i = fq[fh % cap]
+        if tt + rem_work[i] <= t1:
+            tt += rem_work[i]
+            energy += rem_work[i] * e_rate[i]
+            rem_work[i] = 0.0
+            fh += 1
+            filled = np.append(filled, i)
+            fill_end[i] = tt
+        else:
+            energy += (t1 - tt) * e_rate[i]
+            rem_work[i] -= t1 - tt
+            tt = t1
+            break
+    return fh, tt - t, energy, filled
