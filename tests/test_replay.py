@@ -268,3 +268,21 @@ def test_help_ends_with_example():
     res = CliRunner().invoke(cli, ["replay", "--help"])
     assert res.exit_code == 0
     assert res.output.strip().split("\n\n")[-1].strip().startswith("Example: agentx replay")
+
+
+def test_metrics_page_documents_every_column(result):
+    """docs/metrics.md names every column and summary key a replay writes."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "metrics.md").read_text(
+        encoding="utf-8"
+    )
+    stage_cols = {
+        c.split("_", 2)[-1] if c.startswith("decode_") else c.split("_", 1)[1]
+        for c in result.calls.columns
+        if c.startswith(STAGES)
+    }
+    names = [c for c in result.calls.columns if not c.startswith(STAGES)] + sorted(stage_cols)
+    names += result.stages.columns + list(result.summary)
+    missing = [n for n in names if n not in text]
+    assert not missing, f"docs/metrics.md lacks {missing}"
