@@ -199,6 +199,7 @@ def _print(s: dict) -> None:
             f"{s['kv_moved_bytes'] / 1e9:,.1f} / {s['kv_transfer_s']:.4g}",
         ),
         ("preemptions", f"{s['preemptions']:,}"),
+        ("pool resizes (fill GPUs at the end)", f"{s['pool_resizes']} ({s['final_fill_gpus']})"),
         (
             "Little's law L sampled / λW",
             f"{s['littles_law']['mean_in_system_sampled']:.4g} / {s['littles_law']['lambda_w']:.4g}",
