@@ -209,6 +209,11 @@ def test_cli_json(trace_path):
             "Error: --tp 3 does not divide the 8 GPUs of a pipeline stage",
         ),
         (
+            ["--hw", "h200", "--gpus", "16", "--tp", "16", "--model", "llama3.1-70b"],
+            2,
+            "Error: --tp 16 exceeds the 8-GPU scale-up domain of h200",
+        ),
+        (
             ["--hw", "h200", "--routing-skew", "-1"],
             2,
             "Error: --routing-skew must be ≥ 0, got -1.0",

@@ -113,6 +113,11 @@ def make_config(
     if ep is None:
         ep = _largest_divisor(stage_gpus, spec.n_routed_experts) if spec.is_moe else 1
     _positive(tp=tp, ep=ep)
+    if not dp_attention and tp > system.scale_up_domain_gpus:
+        # Tensor-parallel all-reduces run every layer; agentx prices them on the scale-up links.
+        raise UsageError(
+            f"--tp {tp} exceeds the {system.scale_up_domain_gpus}-GPU scale-up domain of {system.name}"
+        )
     if not dp_attention and stage_gpus % tp:
         raise UsageError(f"--tp {tp} does not divide the {stage_gpus} GPUs of a pipeline stage")
     if stage_gpus % ep:
