@@ -6,10 +6,11 @@ from collections import OrderedDict
 
 import numpy as np
 import polars as pl
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentx.kv.blocks import build_blocks
+from agentx.kv.blocks import BlockStream, build_blocks
 from agentx.kv.stack import lru_stack
 from agentx.testing import trace_objects
 from agentx.traces.io import Trace, trace_metadata
@@ -219,3 +220,32 @@ def test_reblocking_names_merged_blocks_by_their_last_hash():
     # in a new hash (14, 15, 90, 91), so its 128 reused tokens are lost at 256-token blocks
     assert s.n_read.tolist() == [0, 2]
     assert d[s.ref_off[1]] >= 0 and d[s.ref_off[1] + 1] < 0
+
+
+@pytest.mark.parametrize("shape", ["random", "chains"])
+def test_both_time_axes_agree_with_step_by_step_lru(shape):
+    """Random ids make nearly every reference its own segment (direct time axis); long
+    re-read prefixes make few segments (compressed time axis)."""
+    rng = np.random.default_rng(7)
+    if shape == "random":
+        ids = rng.integers(0, 300, 4000)
+    else:  # 40 calls, each re-reading one of 4 growing chains
+        ids = np.concatenate(
+            [np.arange(c * 1000, c * 1000 + 20 + 5 * k) for k in range(40) for c in [k % 4]]
+        )
+    n_calls = 40
+    cuts = np.linspace(0, ids.size, n_calls + 1).astype(np.int64)
+    per = np.diff(cuts)
+    z = np.zeros(n_calls, np.int64)
+    stream = BlockStream(
+        block_size_tokens=16, row=np.arange(n_calls), ref_off=cuts, n_read=per, write_pos=per,
+        input_tokens=per * 16, reused_tokens=per * 16, ref_block=ids, n_blocks=int(ids.max()) + 1,
+        shared=np.zeros(int(ids.max()) + 1, bool), chain=z, agent=z, compaction=z.astype(bool),
+    )  # fmt: skip
+    res = lru_stack(stream)
+    assert (8 * len(res.n) < ids.size) == (shape == "chains")
+    dist = res.ref_distances()
+    for cap in (0, 160, 1600, 4000, 16000):
+        np.testing.assert_array_equal(
+            (dist >= 0) & (dist <= cap), lru_hits(ids, res.block_weight, cap)
+        )

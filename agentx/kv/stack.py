@@ -68,18 +68,22 @@ def lru_stack(stream: BlockStream, kill_off=None, kill_blocks=None) -> StackResu
     first = segs[:, S_DIST] < 0
     old = segs[~first]
     live = kill_pos >= 0
-    coords = np.unique(
-        np.concatenate(
-            (
-                segs[:, S_REF0] + 1,
-                segs[:, S_REF0] + segs[:, S_N] + 1,
-                old[:, S_OLD] + 1,
-                old[:, S_OLD] + old[:, S_N] + 1,
-                kill_pos[live] + 1,
-                kill_pos[live] + 2,
+    # Compress the time axis to the segments' boundaries unless nearly every reference is
+    # its own segment (random streams), where direct indexing is faster than a search.
+    coords = np.zeros(0, np.int64)
+    if 8 * len(segs) < stream.n_refs:
+        coords = np.unique(
+            np.concatenate(
+                (
+                    segs[:, S_REF0] + 1,
+                    segs[:, S_REF0] + segs[:, S_N] + 1,
+                    old[:, S_OLD] + 1,
+                    old[:, S_OLD] + old[:, S_N] + 1,
+                    kill_pos[live] + 1,
+                    kill_pos[live] + 2,
+                )
             )
         )
-    )
     final = _distance_pass(segs, kill_off, kill_pos, kill_w, coords, last, stream.ref_block.size)
     return StackResult(
         call=segs[:, S_CALL],
@@ -116,8 +120,8 @@ def _sum(tree, i):  # pragma: no cover (compiled)
 def _range_add(b1, b2, coords, lo, hi, v):  # pragma: no cover (compiled)
     """Add v at 0-based times lo..hi (range-update/range-query Fenwick pair over the update
     positions ``coords``, so the trees are as small as the number of segments, not of times)."""
-    a = np.searchsorted(coords, lo + 1) + 1
-    z = np.searchsorted(coords, hi + 2) + 1
+    a = np.searchsorted(coords, lo + 1) + 1 if coords.size else lo + 1
+    z = np.searchsorted(coords, hi + 2) + 1 if coords.size else hi + 2
     _add(b1, a, v)
     _add(b1, z, -v)
     _add(b2, a, v * lo)
@@ -127,7 +131,7 @@ def _range_add(b1, b2, coords, lo, hi, v):  # pragma: no cover (compiled)
 @nb.njit(cache=True, inline="always")
 def _prefix(b1, b2, coords, i):  # pragma: no cover (compiled)
     """Sum of weights at 0-based times 0..i-1."""
-    c = np.searchsorted(coords, i, side="right")
+    c = np.searchsorted(coords, i, side="right") if coords.size else i
     return _sum(b1, c) * i - _sum(b2, c)
 
 
@@ -209,8 +213,9 @@ def _store(row, call, ref0, n, w, rt, is_read, first, old):  # pragma: no cover 
 def _distance_pass(segs, kill_off, kill_pos, kill_w, coords, last, t_all):  # pragma: no cover
     """Pass 2, per segment: one query, then move the segment's blocks to their new times.
     Fills ``segs[:, S_DIST]`` and returns each block's stack depth after its last reference."""
-    b1 = np.zeros(coords.size + 2, np.int64)
-    b2 = np.zeros(coords.size + 2, np.int64)
+    size = coords.size + 2 if coords.size else t_all + 3  # empty coords: every time is one
+    b1 = np.zeros(size, np.int64)
+    b2 = np.zeros(size, np.int64)
     si = 0
     n_calls = kill_off.size - 1
     for k in range(n_calls):
