@@ -82,13 +82,9 @@ def test_segments_cover_every_reference_and_the_reused_prefix(data):
 @SETTINGS
 @given(trace_objects(with_hashes=True, max_sessions=3, max_calls_per_session=6))
 def test_infinite_capacity_finds_every_reused_block(tr):
-    """Reused prefixes are block-aligned runs seen before, so an unbounded cache holds them.
-
-    With prefix sharing this needs what real traces have: one shared-prefix size per agent."""
-    fixed = tr.calls.group_by("session_id", "agent_id").agg(
-        pl.col("shared_prefix_tokens").n_unique() == 1
-    )
-    for share in (False, True) if fixed["shared_prefix_tokens"].all() else (False,):
+    """Reused prefixes are block-aligned runs seen before, so an unbounded cache holds them,
+    with or without shared-prefix blocks (named by position and hash across sessions)."""
+    for share in (False, True):
         stream = build_blocks(tr, share_prefix=share)
         res = lru_stack(stream)
         reads = np.repeat(res.is_read, res.n)
@@ -147,6 +143,22 @@ def test_shared_prefix_is_stored_once_across_sessions():
     assert s.shared[a[:2]].all() and not s.shared[a[2:]].any()
     private = build_blocks(tr, 64, share_prefix=False)
     assert not set(private.ref_block[:5].tolist()) & set(private.ref_block[5:].tolist())
+
+
+def test_hashed_shared_prefix_is_named_by_position_and_hash():
+    def call(sid, t, ids):
+        return {"session_id": sid, "call_index": 0, "t_start_s": t, "input_tokens": 64 * len(ids),
+                "reused_prefix_tokens": 0, "is_compaction": False, "shared_prefix_tokens": 150,
+                "block_hashes": ids}  # fmt: skip
+
+    tr = _trace(
+        [call("a", 0.0, [1, 2, 3]), call("b", 1.0, [1, 2, 9]), call("c", 2.0, [5, 6, 7])], True
+    )
+    s = build_blocks(tr)
+    a, b, c = (s.ref_block[s.ref_off[k] : s.ref_off[k + 1]] for k in range(3))
+    np.testing.assert_array_equal(a[:2], b[:2])  # same leading ids at the same positions
+    assert s.shared[a[:2]].all() and not s.shared[a[2]]
+    assert a[2] != b[2] and not set(c.tolist()) & set(a.tolist())
 
 
 def test_synthesized_chain_reads_prefix_and_compaction_starts_new_blocks():

@@ -199,11 +199,11 @@ def test_weka_infinite_capacity_reproduces_the_traces_reuse(weka_parquet):
     """SOURCES.md: prefix reuse of the Weka set is 96.3 % token-weighted (session-local)."""
     tr = read_trace(weka_parquet)
     inf = 1e30
-    got = replay_tiers(tr, CFG, TierCapacities(inf, inf, inf), share_prefix=False)
+    got = replay_tiers(tr, CFG, TierCapacities(inf, inf, inf))  # shared prefix stored once
     s = got.summary
     assert s["hit_ratio"] == 1.0 and s["recompute"]["tokens"] == 0
     assert s["hits"]["hbm"]["tokens"] / s["input_tokens"] == pytest.approx(0.963, abs=0.005)
-    stream = build_blocks(tr, share_prefix=False)  # zero capacity: tiers of the same stack pass
+    stream = build_blocks(tr)  # zero capacity: tiers of the same block model
     zero = outcome("lru", stream, [0, 0, 0])
     assert zero.read_tokens[zero.is_read & (zero.tier == 3)].sum() == s["reused_tokens"]
 

@@ -89,22 +89,28 @@ def build_blocks(
     ref_off = np.zeros(df.height + 1, np.int64)
     np.cumsum(n_read + n_blk - write_pos, out=ref_off[1:])
     chain, agent = (a[row] for a in _chains(df))
-    spt = col("shared_prefix_tokens") // bs
-    if not share_prefix:
+    # One shared-prefix size per session (hashes) or agent (synthesized chains), so a block is
+    # shared or private the same way in every call that names it.
+    scope = trace.hash_scope if use_hashes else "none"
+    keys = ["session_id"] if use_hashes else ["session_id", pl.col("agent_id").fill_null("")]
+    spt_min = df.select(pl.col("shared_prefix_tokens").min().over(keys)).to_series()
+    spt = spt_min.to_numpy()[row].astype(np.int64) // bs
+    if not share_prefix or scope == "global":  # global hashes already name shared blocks
         spt[:] = 0
-    # Shared-prefix ids come first: one run of ids per distinct shared_prefix_tokens value.
-    groups, g = np.unique(spt, return_inverse=True)
-    sh_base = (np.cumsum(groups) - groups)[g]
-    n_shared = int(groups.sum())
     out = np.empty(int(ref_off[-1]), np.int64)
-    geo = (n_blk, n_read, write_pos, ref_off, spt, sh_base)
     if use_hashes:
-        n_blocks = _hash_ids(df, row, trace.hash_scope, bs // native, geo, n_shared, out)
+        geo = (n_blk, n_read, write_pos, ref_off, spt)
+        n_blocks, n_private = _hash_ids(df, row, scope, bs // native, geo, out)
+        shared = np.arange(n_blocks) >= n_private
     else:
+        # Shared-prefix ids come first: one run of ids per distinct shared_prefix_tokens value.
+        groups, g = np.unique(spt, return_inverse=True)
+        sh_base = (np.cumsum(groups) - groups)[g]
+        n_shared = int(groups.sum())
         order = np.lexsort((np.arange(len(chain)), chain))
+        geo = (n_blk, n_read, write_pos, ref_off, spt, sh_base)
         n_blocks = int(_synth_kernel(order, chain, *geo, n_shared, out))
-    shared = np.zeros(n_blocks, bool)
-    shared[:n_shared] = True
+        shared = np.arange(n_blocks) < n_shared
     return BlockStream(
         block_size_tokens=bs,
         row=row,
@@ -153,12 +159,15 @@ def _chains(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 SMALL = 1 << 32  # hash values below this are offset per namespace; larger ones are ranked
 
 
-def _hash_ids(df, row, scope, m, geo, id0, out) -> int:
-    """Dense ids from the (namespaced) hash of each block's last trace block; returns the count.
+def _hash_ids(df, row, scope, m, geo, out) -> tuple[int, int]:
+    """Dense ids from the (namespaced) hash of each block's last trace block.
 
     Hashes are mostly small counters (Weka numbers blocks 1, 2, … per session): offsetting each
     namespace by the running maximum needs no sort; the few large values are ranked exactly.
+    Shared-prefix positions are named by (position, hash) across sessions: Weka numbers every
+    session's leading tool + system blocks 1, 2, … alike. Returns (ids, private ids).
     """
+    id0 = 0
     lens = df["block_hashes"].list.len().to_numpy().astype(np.int64)
     hoff = np.cumsum(lens) - lens
     flat = df["block_hashes"].explode().to_numpy().view(np.int64)  # ≥ 2^63 reads negative: big
@@ -183,10 +192,26 @@ def _hash_ids(df, row, scope, m, geo, id0, out) -> int:
         pairs = pl.DataFrame({"ns": big_ns, "h": flat[big_pos]})
         big_key = n + pairs.select(pl.struct("ns", "h").rank("dense")).to_series().to_numpy() - 1
         n = int(big_key.max()) + 1
+    hm = int(top.max()) if top.size else 0
     _hash_kernel(
-        flat, hoff[row], lens[row], ns[row], base, big_pos, big_key.astype(np.int64), m, *geo, out
+        flat,
+        hoff[row],
+        lens[row],
+        ns[row],
+        base,
+        big_pos,
+        big_key.astype(np.int64),
+        m,
+        hm,
+        *geo,
+        out,
     )
-    return n
+    neg = np.flatnonzero(out < 0)  # shared-prefix blocks, keyed -(1 + position * hm + hash)
+    if neg.size:
+        uniq, inv = np.unique(out[neg], return_inverse=True)
+        out[neg] = n + (uniq.size - 1 - inv)  # ascending key order
+        return n + uniq.size, n
+    return n, n
 
 
 @nb.njit(cache=True)
@@ -202,40 +227,23 @@ def _ns_top(flat, hoff, lens, ns, n_ns):  # pragma: no cover (compiled)
 
 @nb.njit(cache=True)
 def _hash_kernel(
-    flat,
-    hoff,
-    lens,
-    ns,
-    base,
-    big_pos,
-    big_key,
-    m,
-    n_blk,
-    n_read,
-    write_pos,
-    ref_off,
-    spt,
-    sh_base,
-    out,
-):  # pragma: no cover
+    flat, hoff, lens, ns, base, big_pos, big_key, m, hm, n_blk, n_read, write_pos, ref_off, spt, out
+):  # pragma: no cover (compiled)
     all_big = big_pos.size == flat.size
     for k in range(n_blk.size):
         r = ref_off[k]
-        sp, sb, h0, hl, bk = spt[k], sh_base[k], hoff[k], lens[k] - 1, base[ns[k]]
+        sp, h0, hl, bk = spt[k], hoff[k], lens[k] - 1, base[ns[k]]
         for part in range(2):
             lo, hi = (0, n_read[k]) if part == 0 else (write_pos[k], n_blk[k])
             for j in range(lo, hi):
-                if j < sp:
-                    out[r] = sb + j
+                i = h0 + min(j * m + m - 1, hl)
+                h = flat[i]
+                if all_big:
+                    out[r] = big_key[i]
+                elif 0 <= h < SMALL:
+                    out[r] = -(1 + j * hm + h) if j < sp else bk + h
                 else:
-                    i = h0 + min(j * m + m - 1, hl)
-                    h = flat[i]
-                    if all_big:
-                        out[r] = big_key[i]
-                    elif 0 <= h < SMALL:
-                        out[r] = bk + h
-                    else:
-                        out[r] = big_key[np.searchsorted(big_pos, i)]
+                    out[r] = big_key[np.searchsorted(big_pos, i)]
                 r += 1
 
 
