@@ -54,7 +54,11 @@ def test_calls_table_layout_and_stage_sums(result, trace):
         for k in ("time_s", "energy_j", "flops", "hbm_bytes", "comm_bytes"):
             assert row[k] == pytest.approx(calls[f"{s}_{k}"].sum(), rel=1e-9)
         assert row["hbm_bytes"] == pytest.approx(
-            row["weight_bytes"] + row["kv_read_bytes"] + row["kv_write_bytes"], rel=1e-12
+            row["weight_bytes"]
+            + row["kv_read_bytes"]
+            + row["kv_write_bytes"]
+            + row["activation_bytes"],
+            rel=1e-12,
         )
         assert row["arithmetic_intensity"] == pytest.approx(row["flops"] / row["hbm_bytes"])
     assert stages["time_share"].sum() == pytest.approx(1.0)

@@ -243,3 +243,34 @@ def test_default_efficiencies_are_cited_fractions():
         default_efficiencies(CAT.system("mi300x"), "bf16").prefill.compute
         < default_efficiencies(CAT.system("h200"), "bf16").prefill.compute
     )
+
+
+def test_activation_traffic_matches_the_layer_graph():
+    """DeepSeek-V3 TP8: two add+RMSNorms on all 8 ranks, SwiGLU, permute and combine, by hand."""
+    cfg = CFGS["dsv3-h200-tp8"]
+    h, i, k, b = 7168, 2048, 8, 2.0
+    norms = 61 * 2 * 4 * h * b * 8
+    dense = 3 * 3 * 18432 * b
+    moe = 58 * b * (3 * i + k * (2 * h + 3 * i) + (k + 1) * h)
+    pre = fill_cost(cfg, 8192, 0)
+    assert pre.activation_bytes == pytest.approx(8192 * (norms + dense + moe), rel=1e-12)
+    assert pre.activation_bytes / 1e9 == pytest.approx(684, rel=0.001)  # docs/validation.md
+    assert pre.hbm_bytes == pytest.approx(
+        pre.weight_bytes + pre.kv_read_bytes + pre.kv_write_bytes + pre.activation_bytes
+    )
+    # data-parallel attention keeps one copy of the residual stream: the norms shrink 8x
+    dp = make_config(CAT, "h200", "deepseek-v3", gpus=8, ep=8)
+    att = decode_attention_step(dp, 1, 1000).activation_bytes
+    assert att == pytest.approx(61 * 2 * 4 * h * b / 2, rel=1e-12)
+
+
+def test_fill_cost_broadcasts_batch_tokens():
+    cfg = CFGS["kimi-gb200"]
+    n = np.array([300.0, 5000.0, 20_000.0])
+    p = np.array([0.0, 90_000.0, 10.0])
+    batch = np.array([512.0, 2048.0, 8192.0])
+    arr = fill_cost(cfg, n, p, batch)
+    for j in range(3):
+        one = fill_cost(cfg, n[j], p[j], float(batch[j]))
+        for key, v in one.items():
+            assert np.asarray(arr[key])[j] == pytest.approx(float(v), rel=1e-12), key

@@ -211,7 +211,7 @@ class ModelSpec:
         return self.dense_params + self.active_routed_params + self.head_params
 
     def attention_flops_per_pair(self) -> float:
-        """FLOPs of one (query token, key token) pair summed over layers and heads: QK^T and PV.
+        """FLOPs of one (query token, key token) pair in one layer, summed over heads: QK^T and PV.
 
         MLA in its absorbed form scores against the 576-wide latent (kv_lora + rope) and reads
         the 512-wide latent as V; that is what FlashMLA executes in decode (NOTES.md (a)).

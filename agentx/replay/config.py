@@ -172,6 +172,8 @@ class Layout:
     attn_linear_params: float  # per token, incl. MLA down-projections repeated on TP ranks
     ffn_linear_params: float  # per token: dense FFN + shared + router + k routed experts
     head_params: float  # LM head, per token that needs logits
+    act_attn_token_bytes: float  # elementwise activation traffic per token, attention side
+    act_ffn_token_bytes: float  # the same, FFN/expert side (norm, SwiGLU, permute, combine)
     lin_flops_per_s: float  # per GPU, linear layers at the compute precision
     att_flops_per_s: float  # per GPU, attention math (BF16)
     hbm_bytes_per_s: float
@@ -192,6 +194,7 @@ def layout(cfg: ServingConfig) -> Layout:
         down = 0.0
     ffn = m.dense_ffn_params + m.shared_expert_params + m.router_params
     dom = cfg.system.scale_up_domain_gpus
+    act_attn, act_ffn = activation_bytes_per_token(cfg, att_tp)
     return Layout(
         gpus=cfg.gpus,
         att_tp=att_tp,
@@ -205,9 +208,36 @@ def layout(cfg: ServingConfig) -> Layout:
         attn_linear_params=m.attention_params + (att_tp - 1) * down,
         ffn_linear_params=ffn + m.active_routed_params,
         head_params=m.head_params,
+        act_attn_token_bytes=act_attn,
+        act_ffn_token_bytes=act_ffn,
         lin_flops_per_s=chip.flops_per_s(cfg.compute_precision),
         att_flops_per_s=chip.flops_per_s("bf16"),
         hbm_bytes_per_s=chip.hbm_bytes_per_s,
         su_frac_ep=1.0 if cfg.ep <= dom else (dom - 1) / (cfg.ep - 1),
         eff=cfg.efficiencies or default_efficiencies(cfg.system, cfg.compute_precision),
     )
+
+
+def activation_bytes_per_token(cfg: ServingConfig, att_tp: int) -> tuple[float, float]:
+    """HBM bytes per token of the memory-bound elementwise kernels between the GEMMs, all
+    layers, whole instance: (attention side, FFN/expert side) [E, from the TRT-LLM layer graph].
+
+    A GEMM roofline counts weights and KV but not these kernels, whose work is pure activation
+    traffic that no matmul hides (docs/metrics.md, "Activation traffic"): per layer two fused
+    residual-add + RMSNorm (read x and residual, write both: 4h), run on every rank that holds
+    the residual stream (all att_tp ranks under tensor-parallel attention); SwiGLU per FFN
+    (read 2I, write I); per routed assignment a permute into the expert's buffer (2h) and, per
+    token, the weighted combine (read k outputs, write 1: (k+1)h).
+    """
+    m, b = cfg.model, cfg.activation_bytes
+    h, norm = m.hidden_size, 4.0 * m.hidden_size * b * att_tp
+    dense = (m.num_layers - m.num_moe_layers) * 3.0 * m.dense_intermediate_size * b
+    moe = 0.0
+    if m.is_moe:
+        i, k = m.moe_intermediate_size, m.experts_per_token
+        moe = (
+            m.num_moe_layers
+            * b
+            * (m.n_shared_experts * 3.0 * i + k * (2.0 * h + 3.0 * i) + (k + 1.0) * h)
+        )
+    return m.num_layers * norm, m.num_layers * norm + dense + moe

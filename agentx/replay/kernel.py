@@ -27,6 +27,10 @@ TILE = 256  # calls per tile: 23 rows × 256 × 8 B = 47 KB, inside L2
 # Output rows: for each stage (prefill, midfill, decode_attention, decode_experts) the CALL_KEYS
 # time_s, energy_j, flops, hbm_bytes, comm_bytes; then ttft_s, decode_latency_s, total_energy_j.
 N_ROWS = 23
+N_KEYS = len(KEYS)
+K_TIME, K_FLOPS, K_HBM, K_COMM, K_ENERGY = (
+    KEYS.index(k) for k in ("time_s", "flops", "hbm_bytes", "comm_bytes", "energy_j")
+)
 
 
 class Params(NamedTuple):
@@ -46,6 +50,8 @@ class Params(NamedTuple):
     kv_rep: float
     kv_layer_b: float
     kv_token_b: float
+    act_fill: float  # elementwise activation bytes per filled token
+    act_att: float  # the attention-side part, per decoded token
     chunk: float
     ep_token: float
     su_frac: float
@@ -129,6 +135,8 @@ def params(cfg: ServingConfig) -> tuple[Params, np.ndarray, np.ndarray]:
         kv_rep=lay.kv_rep,
         kv_layer_b=m.kv_bytes_per_token_layer(cfg.kv_precision),
         kv_token_b=cfg.kv_bytes_per_token,
+        act_fill=lay.act_attn_token_bytes + lay.act_ffn_token_bytes,
+        act_att=lay.act_attn_token_bytes,
         chunk=float(cfg.prefill_chunk_tokens),
         ep_token=ep_token,
         su_frac=lay.su_frac_ep,
@@ -187,7 +195,7 @@ def _kvb(q, tokens):
 
 @numba.njit(cache=True, inline="always", error_model="numpy", fastmath=True)
 def _fill(q, dtab, n, p, packed):
-    """(time, lin, att, weights, kv_r, kv_w, su_timed, so_timed) of one fill."""
+    """(time, lin, att, weights, kv_r, kv_w, act, su_timed, so_timed) of one fill."""
     has = 1.0 if n > 0 else 0.0
     own = np.ceil(n / q.chunk)
     if packed:
@@ -206,48 +214,50 @@ def _fill(q, dtab, n, p, packed):
     w = passes * q.fill_weights + min(passes, has) * q.head_w + passes * q.expert_w * d
     kv_r = q.kv_rep * (own * _kvb(q, p) + max(own - 1.0, 0.0) * 0.5 * _kvb(q, n))
     kv_w = n * q.kv_rep * q.kv_token_b
+    act = n * q.act_fill
     ep = n * q.ep_token
     su_t = n * q.tp_token + ep * q.su_frac
     so_t = ep * (1.0 - q.su_frac)
     c, mm = (q.mid_c, q.mid_m) if p > 0 else (q.pre_c, q.pre_m)
     mem = q.bw * mm
     t = max(lin / (q.lin_rate * c), w / mem) + max(att / (q.att_rate * c), (kv_r + kv_w) / mem)
-    t += max(su_t / q.su_bw, so_t / q.so_bw) + passes * q.floor_pass
-    return t, lin, att, w, kv_r, kv_w, su_t, so_t
+    t += act / mem + max(su_t / q.su_bw, so_t / q.so_bw) + passes * q.floor_pass
+    return t, lin, att, w, kv_r, kv_w, act, su_t, so_t
 
 
 @numba.njit(cache=True, inline="always", error_model="numpy", fastmath=True)
 def _decode_att(q, steps, start):
-    """(time, lin, att, weights, kv_r, kv_w, su) of ``steps`` decode steps from ``start``."""
+    """(time, lin, att, weights, kv_r, kv_w, act, su) of ``steps`` decode steps from ``start``."""
     pairs = _pairs(q, start, steps)
     att = pairs * q.att_pair
     kv_r = pairs * q.kv_rep * q.kv_layer_b
     kv_w = steps * q.kv_rep * q.kv_token_b
     lin = steps * q.att_lin_token
     w = steps * q.att_w_step / q.batch
+    act = steps * q.act_att
     su = steps * q.tp_token
     mem = q.bw * q.da_m
     t = max(lin / (q.lin_rate * q.da_c), w / mem) + max(
         att / (q.att_rate * q.da_c), (kv_r + kv_w) / mem
     )
-    t += su / q.su_bw + steps * q.floor_att / q.batch
-    return t, lin, att, w, kv_r, kv_w, su
+    t += act / mem + su / q.su_bw + steps * q.floor_att / q.batch
+    return t, lin, att, w, kv_r, kv_w, act, su
 
 
 @numba.njit(cache=True, inline="always", error_model="numpy", fastmath=True)
 def _one(q, dtab, exp_tok, n, p, m, xt, xe, buf, j, acc):
     """Price one call into column ``j`` of ``buf`` and add its stage totals to ``acc``."""
-    t, lin, att, w, kv_r, kv_w, su_t, so_t = _fill(q, dtab, n, p, True)
+    t, lin, att, w, kv_r, kv_w, act, su_t, so_t = _fill(q, dtab, n, p, True)
     su = su_t + n * q.kv_token_b * q.xfer_su
     so = so_t + n * q.kv_token_b * q.xfer_so
-    hbm = w + kv_r + kv_w
+    hbm = w + kv_r + kv_w + act
     e = q.static * t + q.e_lin * lin + q.e_att * att + q.e_hbm * hbm + q.e_su * su + q.e_so * so
     t_alone = _fill(q, dtab, n, p, False)[0] + xt
     t += xt
     e += xe
     s = 1 if p > 0 else 0
-    vals = (t, lin + att, hbm, w, kv_r, kv_w, su + so, su, so, e)
-    for k in range(10):
+    vals = (t, lin + att, hbm, w, kv_r, kv_w, act, su + so, su, so, e)
+    for k in range(N_KEYS):
         acc[s, k] += vals[k]
     for r in range(2):
         on = 1.0 if r == s else 0.0
@@ -257,26 +267,26 @@ def _one(q, dtab, exp_tok, n, p, m, xt, xe, buf, j, acc):
         buf[5 * r + 3, j] = hbm * on
         buf[5 * r + 4, j] = (su + so) * on
     ctx = n + p
-    ta, lin, att, w, kv_r, kv_w, su = _decode_att(q, m, ctx)
-    hbm = w + kv_r + kv_w
+    ta, lin, att, w, kv_r, kv_w, act, su = _decode_att(q, m, ctx)
+    hbm = w + kv_r + kv_w + act
     ea = q.static * ta + q.e_lin * lin + q.e_att * att + q.e_hbm * hbm + q.e_su * su
-    vals = (ta, lin + att, hbm, w, kv_r, kv_w, su, su, 0.0, ea)
-    for k in range(10):
+    vals = (ta, lin + att, hbm, w, kv_r, kv_w, act, su, su, 0.0, ea)
+    for k in range(N_KEYS):
         acc[2, k] += vals[k]
         acc[3, k] += m * exp_tok[k]
     buf[10, j], buf[11, j], buf[12, j], buf[13, j], buf[14, j] = ta, ea, lin + att, hbm, su
-    for r, k in ((15, 0), (16, 9), (17, 1), (18, 2), (19, 6)):
+    for r, k in ((15, K_TIME), (16, K_ENERGY), (17, K_FLOPS), (18, K_HBM), (19, K_COMM)):
         buf[r, j] = m * exp_tok[k]
     step = _decode_att(q, 1.0, ctx + max(m - 1.0, 0.0) * 0.5)[0] * q.batch
     buf[20, j] = t_alone * q.att_replicas
     buf[21, j] = m * (step + q.exp_step_time)
-    buf[22, j] = e + ea + m * exp_tok[9]
+    buf[22, j] = e + ea + m * exp_tok[K_ENERGY]
 
 
 def _price(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e):  # pragma: no cover (compiled)
     n_calls = new.size
     cols = np.empty((N_ROWS, n_calls))
-    sums = np.zeros((BLOCKS, 4, 10))
+    sums = np.zeros((BLOCKS, 4, N_KEYS))
     has_kv = xfer_t.size == n_calls
     for blk in numba.prange(BLOCKS):
         lo = blk * n_calls // BLOCKS

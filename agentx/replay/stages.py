@@ -31,6 +31,7 @@ KEYS = (
     "weight_bytes",
     "kv_read_bytes",
     "kv_write_bytes",
+    "activation_bytes",
     "comm_bytes",
     "scale_up_bytes",
     "scale_out_bytes",
@@ -88,12 +89,13 @@ def distinct_experts(cfg: ServingConfig, tokens):
     return touched[inv].reshape(t.shape)
 
 
-def _finish(cfg, lay: Layout, eff, lin, att, wbytes, kv_r, kv_w, su, so, su_t, so_t, floor_s):
+def _finish(cfg, lay: Layout, eff, lin, att, wbytes, kv_r, kv_w, act, su, so, su_t, so_t, floor_s):
     """Roofline time, energy and the result dict from whole-instance work."""
     g = lay.gpus
     mem = g * lay.hbm_bytes_per_s * eff[1]
     t = np.maximum(lin / (g * lay.lin_flops_per_s * eff[0]), wbytes / mem)
-    t = t + np.maximum(att / (g * lay.att_flops_per_s * eff[0]), (kv_r + kv_w) / mem)
+    # Elementwise kernels have no math to hide their traffic behind: their bytes add time.
+    t = t + np.maximum(att / (g * lay.att_flops_per_s * eff[0]), (kv_r + kv_w) / mem) + act / mem
     sysm, ce = cfg.system, lay.eff.communication
     t = (
         t
@@ -103,7 +105,7 @@ def _finish(cfg, lay: Layout, eff, lin, att, wbytes, kv_r, kv_w, su, so, su_t, s
         )
         + floor_s
     )
-    hbm = wbytes + kv_r + kv_w
+    hbm = wbytes + kv_r + kv_w + act
     return StageCost(
         time_s=t,
         flops=lin + att,
@@ -111,6 +113,7 @@ def _finish(cfg, lay: Layout, eff, lin, att, wbytes, kv_r, kv_w, su, so, su_t, s
         weight_bytes=wbytes,
         kv_read_bytes=kv_r,
         kv_write_bytes=kv_w,
+        activation_bytes=act,
         comm_bytes=su + so,
         scale_up_bytes=su,
         scale_out_bytes=so,
@@ -151,19 +154,21 @@ def fill_cost(cfg: ServingConfig, new_tokens, prefix_tokens, batch_tokens=None) 
     Prefill when the prefix is 0, midfill otherwise. Without ``batch_tokens`` the fill runs
     alone in ceil(new / prefill_chunk_tokens) forward passes; with it, the fill shares passes
     of ``batch_tokens`` tokens with other fills and bears new/batch_tokens of each weight load.
+    ``batch_tokens`` broadcasts like the other arguments (one pass size per fill).
     """
     lay, m = layout(cfg), cfg.model
     n = np.asarray(new_tokens, dtype=np.float64)
     p = np.asarray(prefix_tokens, dtype=np.float64)
     # A call's own passes (prefix KV read, latent up-projection) vs the weight loads it bears:
     # packed with other fills it pays new/batch_tokens of each pass's weights.
-    own = np.ceil(n / float(batch_tokens or cfg.prefill_chunk_tokens))
     if batch_tokens is None:
+        own = np.ceil(n / float(cfg.prefill_chunk_tokens))
         passes = own
         per_pass = n / np.maximum(own, 1.0)
     else:
-        passes = n / float(batch_tokens)
-        per_pass = float(batch_tokens)
+        per_pass = np.asarray(batch_tokens, dtype=np.float64)
+        own = np.ceil(n / per_pass)
+        passes = n / per_pass
     has = (n > 0).astype(np.float64)
     lin = n * (2.0 * (lay.attn_linear_params + lay.ffn_linear_params)) + has * (
         2.0 * lay.head_params
@@ -195,6 +200,7 @@ def fill_cost(cfg: ServingConfig, new_tokens, prefix_tokens, batch_tokens=None) 
         + np.maximum(own - 1.0, 0.0) * 0.5 * m.kv_bytes(n, cfg.kv_precision)
     )
     kv_w = n * (lay.kv_rep * cfg.kv_bytes_per_token)
+    act = n * (lay.act_attn_token_bytes + lay.act_ffn_token_bytes)
     ep = _ep_bytes(cfg, n)
     su_t = _tp_bytes(cfg, lay, n) + ep * lay.su_frac_ep
     so_t = ep * (1.0 - lay.su_frac_ep)
@@ -214,7 +220,7 @@ def fill_cost(cfg: ServingConfig, new_tokens, prefix_tokens, batch_tokens=None) 
         np.where(is_mid, lay.eff.midfill.compute, lay.eff.prefill.compute),
         np.where(is_mid, lay.eff.midfill.memory, lay.eff.prefill.memory),
     )
-    work = (lin, att, wbytes, kv_r, kv_w, su, so, su_t, so_t, floors)
+    work = (lin, att, wbytes, kv_r, kv_w, act, su, so, su_t, so_t, floors)
     return _finish(cfg, lay, eff, *work)
 
 
@@ -239,7 +245,8 @@ def decode_attention_calls(
     su = _tp_bytes(cfg, lay, s)
     floors = s * _floor_per_pass(cfg)[0] / b
     e = lay.eff.decode_attention
-    work = (lin, att, wbytes, kv_r, kv_w, su, 0.0, su, 0.0, floors)
+    act = s * lay.act_attn_token_bytes
+    work = (lin, att, wbytes, kv_r, kv_w, act, su, 0.0, su, 0.0, floors)
     return _finish(cfg, lay, (e.compute, e.memory), *work)
 
 
@@ -267,7 +274,7 @@ def decode_experts_step(cfg: ServingConfig, batch_size) -> StageCost:
     su, so = ep * lay.su_frac_ep, ep * (1.0 - lay.su_frac_ep)
     floors = _floor_per_pass(cfg)[1] * np.ones_like(b)
     e = lay.eff.decode_experts
-    work = (lin, 0.0, wbytes, 0.0, 0.0, su, so, su, so, floors)
+    work = (lin, 0.0, wbytes, 0.0, 0.0, b * lay.act_ffn_token_bytes, su, so, su, so, floors)
     return _finish(cfg, lay, (e.compute, e.memory), *work)
 
 
