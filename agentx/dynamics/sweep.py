@@ -89,7 +89,7 @@ def fill_points(cfg, stage: str) -> dict[str, np.ndarray]:
     else:
         b, n, p = _grid(FILL_BATCHES, MIDFILL_APPENDS, MIDFILL_PREFIXES)
     per_pass = np.maximum(b * np.minimum(n, cfg.prefill_chunk_tokens), n)
-    c = _fill_cost(fill_cost, cfg, n, p, per_pass)
+    c = fill_cost(cfg, n, p, batch_tokens=per_pass)
     ttft = b * c["time_s"]  # instance-seconds of the whole batch = its wall time on the instance
     hbm = _hbm(cfg, b * (p + n))
     return {
@@ -106,19 +106,6 @@ def fill_points(cfg, stage: str) -> dict[str, np.ndarray]:
         "hbm_peak_bytes_per_gpu": hbm,
         "fits": hbm <= cfg.chip.hbm_bytes,
     }
-
-
-def _fill_cost(fill_cost, cfg, n, p, per_pass):
-    """``fill_cost`` with a per-point ``batch_tokens``: the cost model takes one scalar pass size
-    per call, so call it once per distinct pass size (a few dozen), each call vectorized."""
-    out = {k: np.empty_like(n) for k in ("time_s", "energy_j")}
-    values, inv = np.unique(per_pass, return_inverse=True)
-    for k, v in enumerate(values):
-        m = inv == k
-        c = fill_cost(cfg, n[m], p[m], batch_tokens=float(v))
-        for key in out:
-            out[key][m] = c[key]
-    return out
 
 
 def sweep_config(cfg) -> pl.DataFrame:
