@@ -145,20 +145,20 @@ def test_shared_prefix_is_stored_once_across_sessions():
     assert not set(private.ref_block[:5].tolist()) & set(private.ref_block[5:].tolist())
 
 
-def test_hashed_shared_prefix_is_named_by_position_and_hash():
-    def call(sid, t, ids):
+def test_hashed_shared_prefix_is_named_by_size_position_and_hash():
+    def call(sid, t, ids, spt=150):
         return {"session_id": sid, "call_index": 0, "t_start_s": t, "input_tokens": 64 * len(ids),
-                "reused_prefix_tokens": 0, "is_compaction": False, "shared_prefix_tokens": 150,
+                "reused_prefix_tokens": 0, "is_compaction": False, "shared_prefix_tokens": spt,
                 "block_hashes": ids}  # fmt: skip
 
-    tr = _trace(
-        [call("a", 0.0, [1, 2, 3]), call("b", 1.0, [1, 2, 9]), call("c", 2.0, [5, 6, 7])], True
-    )
+    calls = [call("a", 0.0, [1, 2, 3]), call("b", 1.0, [1, 2, 9]), call("c", 2.0, [5, 6, 7])]
+    tr = _trace([*calls, call("d", 3.0, [1, 2, 3], spt=200)], True)
     s = build_blocks(tr)
-    a, b, c = (s.ref_block[s.ref_off[k] : s.ref_off[k + 1]] for k in range(3))
-    np.testing.assert_array_equal(a[:2], b[:2])  # same leading ids at the same positions
+    a, b, c, d = (s.ref_block[s.ref_off[k] : s.ref_off[k + 1]] for k in range(4))
+    np.testing.assert_array_equal(a[:2], b[:2])  # same prefix size, ids and positions
     assert s.shared[a[:2]].all() and not s.shared[a[2]]
     assert a[2] != b[2] and not set(c.tolist()) & set(a.tolist())
+    assert not set(d.tolist()) & set(a.tolist())  # another tool + system prefix
 
 
 def test_synthesized_chain_reads_prefix_and_compaction_starts_new_blocks():

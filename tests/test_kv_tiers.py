@@ -224,3 +224,19 @@ def test_traffic_over_time_adds_up_to_the_per_call_bytes(tr, bucket_s):
         np.testing.assert_allclose(
             buckets[f"kv_{k}_bytes_per_s"] * bucket_s, buckets[f"kv_{k}_bytes"]
         )
+
+
+@SETTINGS
+@given(cases())
+def test_seed7_keeps_shared_prefix_blocks_out_of_ssd_and_recompute(case):
+    """SEED-7: shared, often reused blocks live in DRAM; only their first write is computed."""
+    tr, bs, caps = case
+    stream = build_blocks(tr, bs)
+    out = outcome("seed7", stream, caps)
+    tier = np.repeat(out.tier, out.n)
+    first = np.zeros(stream.n_refs, bool)
+    first[np.unique(stream.ref_block, return_index=True)[1]] = True
+    pinned = stream.shared[stream.ref_block] & ~first
+    assert (tier[pinned] <= 1).all()
+    reused = tr.calls["reused_prefix_tokens"].sum()
+    assert out.read_tokens[out.is_read].sum() == reused

@@ -46,7 +46,7 @@ class BlockStream:
     reused_tokens: np.ndarray
     ref_block: np.ndarray  # dense block id of every reference (int64)
     n_blocks: int
-    shared: np.ndarray  # bool per block: part of a cross-session shared prefix
+    shared: np.ndarray  # bool per block: shared-prefix block used by two or more sessions
     chain: np.ndarray  # per call: id of (session, agent, compaction epoch)
     agent: np.ndarray  # per call: id of (session, agent)
     compaction: np.ndarray  # per call: starts a compacted context
@@ -100,7 +100,8 @@ def build_blocks(
     out = np.empty(int(ref_off[-1]), np.int64)
     if use_hashes:
         geo = (n_blk, n_read, write_pos, ref_off, spt)
-        n_blocks, n_private = _hash_ids(df, row, scope, bs // native, geo, out)
+        spt_tokens = spt_min.to_numpy()[row].astype(np.int64)
+        n_blocks, n_private = _hash_ids(df, row, scope, bs // native, geo, spt_tokens, out)
         shared = np.arange(n_blocks) >= n_private
     else:
         # Shared-prefix ids come first: one run of ids per distinct shared_prefix_tokens value.
@@ -111,6 +112,8 @@ def build_blocks(
         geo = (n_blk, n_read, write_pos, ref_off, spt, sh_base)
         n_blocks = int(_synth_kernel(order, chain, *geo, n_shared, out))
         shared = np.arange(n_blocks) < n_shared
+    sessions = df["session_id"].rank("dense").to_numpy().astype(np.int64)[row]
+    shared = _multi_session(shared, out, ref_off, sessions)
     return BlockStream(
         block_size_tokens=bs,
         row=row,
@@ -141,6 +144,19 @@ def _native_block_size(df: pl.DataFrame, trace: Trace) -> int:
     return int(sizes[0])
 
 
+def _multi_session(candidate, ids, ref_off, sessions) -> np.ndarray:
+    """Keep as shared only the prefix blocks that two or more sessions actually use."""
+    refs = np.flatnonzero(candidate[ids])
+    if refs.size == 0:
+        return candidate
+    call = np.searchsorted(ref_off, refs, side="right") - 1
+    pairs = np.unique(ids[refs] * (int(sessions.max()) + 1) + sessions[call])
+    blocks, n = np.unique(pairs // (int(sessions.max()) + 1), return_counts=True)
+    shared = np.zeros_like(candidate)
+    shared[blocks[n >= 2]] = True
+    return shared
+
+
 def _chains(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """(chain, agent) ids per call: an agent keeps one context until it compacts (SEED-6)."""
     agent = pl.col("agent_id").fill_null("")
@@ -159,13 +175,14 @@ def _chains(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 SMALL = 1 << 32  # hash values below this are offset per namespace; larger ones are ranked
 
 
-def _hash_ids(df, row, scope, m, geo, out) -> tuple[int, int]:
+def _hash_ids(df, row, scope, m, geo, spt_tokens, out) -> tuple[int, int]:
     """Dense ids from the (namespaced) hash of each block's last trace block.
 
     Hashes are mostly small counters (Weka numbers blocks 1, 2, … per session): offsetting each
     namespace by the running maximum needs no sort; the few large values are ranked exactly.
-    Shared-prefix positions are named by (position, hash) across sessions: Weka numbers every
-    session's leading tool + system blocks 1, 2, … alike. Returns (ids, private ids).
+    Shared-prefix positions are named by (the session's shared-prefix size, position, hash):
+    sessions with the same tool + system prefix share them, and a sub-agent's own blocks (other
+    hashes at the same positions) stay apart. Returns (ids, private ids).
     """
     id0 = 0
     lens = df["block_hashes"].list.len().to_numpy().astype(np.int64)
@@ -193,6 +210,11 @@ def _hash_ids(df, row, scope, m, geo, out) -> tuple[int, int]:
         big_key = n + pairs.select(pl.struct("ns", "h").rank("dense")).to_series().to_numpy() - 1
         n = int(big_key.max()) + 1
     hm = int(top.max()) if top.size else 0
+    # shared blocks are keyed (session's shared size, position, hash) packed in one int64
+    spt = geo[-1]
+    grp = np.unique(spt_tokens, return_inverse=True)[1].astype(np.int64)
+    if (int(grp.max(initial=0)) + 1) * (int(spt.max(initial=0)) + 1) * (hm + 1) >= 1 << 62:
+        spt[:] = 0  # hash values too large to pack: no cross-session sharing
     _hash_kernel(
         flat,
         hoff[row],
@@ -203,10 +225,11 @@ def _hash_ids(df, row, scope, m, geo, out) -> tuple[int, int]:
         big_key.astype(np.int64),
         m,
         hm,
+        grp,
         *geo,
         out,
     )
-    neg = np.flatnonzero(out < 0)  # shared-prefix blocks, keyed -(1 + position * hm + hash)
+    neg = np.flatnonzero(out < 0)  # shared-prefix blocks (negative keys)
     if neg.size:
         uniq, inv = np.unique(out[neg], return_inverse=True)
         out[neg] = n + (uniq.size - 1 - inv)  # ascending key order
@@ -227,12 +250,28 @@ def _ns_top(flat, hoff, lens, ns, n_ns):  # pragma: no cover (compiled)
 
 @nb.njit(cache=True)
 def _hash_kernel(
-    flat, hoff, lens, ns, base, big_pos, big_key, m, hm, n_blk, n_read, write_pos, ref_off, spt, out
+    flat,
+    hoff,
+    lens,
+    ns,
+    base,
+    big_pos,
+    big_key,
+    m,
+    hm,
+    grp,
+    n_blk,
+    n_read,
+    write_pos,
+    ref_off,
+    spt,
+    out,
 ):  # pragma: no cover (compiled)
     all_big = big_pos.size == flat.size
+    smax = spt.max() + 1 if spt.size else 1
     for k in range(n_blk.size):
         r = ref_off[k]
-        sp, h0, hl, bk = spt[k], hoff[k], lens[k] - 1, base[ns[k]]
+        sp, h0, hl, bk, g = spt[k], hoff[k], lens[k] - 1, base[ns[k]], grp[k]
         for part in range(2):
             lo, hi = (0, n_read[k]) if part == 0 else (write_pos[k], n_blk[k])
             for j in range(lo, hi):
@@ -241,7 +280,7 @@ def _hash_kernel(
                 if all_big:
                     out[r] = big_key[i]
                 elif 0 <= h < SMALL:
-                    out[r] = -(1 + j * hm + h) if j < sp else bk + h
+                    out[r] = -(1 + (g * smax + j) * hm + h) if j < sp else bk + h
                 else:
                     out[r] = big_key[np.searchsorted(big_pos, i)]
                 r += 1

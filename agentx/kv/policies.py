@@ -1,10 +1,11 @@
 """Placement policies: which tier each block reference finds its block in.
 
 * ``lru`` — exact LRU over an inclusive hierarchy HBM ⊂ DRAM ⊂ SSD, from one stack pass.
-* ``seed7`` — SEED-7's advice: the cross-session shared prefix (tool definitions, system prompt)
-  is pinned in host DRAM (it never falls to SSD or recompute; DRAM and SSD keep that much less
-  for everything else), and blocks a compaction made dead are freed at the compaction instead
-  of ageing out of the LRU stacks (SEED-6).
+* ``seed7`` — SEED-7's advice: shared-prefix blocks that two or more sessions use (tool
+  definitions, system prompt) are pinned in host DRAM: after their first write they never fall
+  to SSD or recompute, and DRAM and SSD keep that many bytes less for an LRU of the other blocks
+  (a second stack pass in which pinned blocks take no space). HBM stays one LRU over all blocks.
+  Blocks a compaction made dead are freed at the compaction instead of ageing out (SEED-6).
 * ``belady`` — Belady's MIN (evict the block whose next use is furthest) at each tier's
   capacity: the upper bound no online policy beats for equal-size blocks. Since MIN is a stack
   algorithm for equal sizes, the three runs nest like the LRU tiers.
@@ -51,24 +52,24 @@ def tiers_of(dist_tokens: np.ndarray, caps_tokens: np.ndarray) -> np.ndarray:
     return t
 
 
-def prepare(policy: str, stream: BlockStream) -> StackResult:
-    """The capacity-independent stack pass of ``policy`` (reused for every capacity)."""
+def prepare(policy: str, stream: BlockStream):
+    """The capacity-independent stack pass(es) of ``policy`` (reused for every capacity)."""
     if policy not in POLICIES:
         raise UnknownNameError("KV policy", policy, POLICIES)
     st = lru_stack(stream)
-    if policy == "seed7":  # free compaction-dead blocks: a second pass with the kill lists
-        st = lru_stack(stream, *compaction_kills(stream, st))
+    if policy == "seed7":  # free compaction-dead blocks: passes with the kill lists
+        kills = compaction_kills(stream, st)
+        # HBM stays LRU over every block; below it the pinned blocks take no LRU space
+        return lru_stack(stream, *kills), lru_stack(stream, *kills, free=stream.shared)
     return st
 
 
-def outcome(
-    policy: str, stream: BlockStream, caps_tokens, stack: StackResult | None = None
-) -> Outcome:
+def outcome(policy: str, stream: BlockStream, caps_tokens, stack=None) -> Outcome:
     """Tiers of every reference under ``policy`` with capacities (HBM, DRAM, SSD) in tokens."""
     st = stack if stack is not None else prepare(policy, stream)
-    caps = np.asarray(caps_tokens, np.float64)
+    caps = np.maximum.accumulate(np.asarray(caps_tokens, np.float64))
     if policy == "seed7":
-        return _seed7(stream, st, caps)
+        return _seed7(stream, *st, caps)
     out = _from_stack(st, caps)
     if policy == "belady":
         return _belady(stream, st, out, caps)
@@ -79,32 +80,32 @@ def _from_stack(st: StackResult, caps: np.ndarray) -> Outcome:
     final = tiers_of(st.final_dist_tokens, caps)
     final[st.final_dist_tokens < 0] = -1
     return Outcome(
-        st.call,
-        st.ref0,
-        st.n,
-        st.block_tokens,
-        st.read_tokens,
-        st.is_read,
-        tiers_of(st.dist_tokens, caps),
-        st.block_weight,
-        final,
-    )
+        st.call, st.ref0, st.n, st.block_tokens, st.read_tokens, st.is_read,
+        tiers_of(st.dist_tokens, caps), st.block_weight, final,
+    )  # fmt: skip
 
 
-def _seed7(stream: BlockStream, st: StackResult, caps: np.ndarray) -> Outcome:
+def _lower(dist: np.ndarray, dram: float, ssd: float) -> np.ndarray:
+    """Tier below HBM of a distance that excludes the pinned blocks."""
+    t = np.where(dist <= dram, DRAM, np.where(dist <= ssd, SSD, NOWHERE)).astype(np.int8)
+    t[dist < 0] = NOWHERE
+    return t
+
+
+def _seed7(stream: BlockStream, st: StackResult, rest: StackResult, caps: np.ndarray) -> Outcome:
     pinned = int(st.block_weight[stream.shared].sum())
-    rest = caps.copy()
-    rest[1:] = np.maximum(rest[1:] - pinned, rest[0])
-    out = _from_stack(st, rest)
-    tier = np.repeat(out.tier, out.n)
-    sh = stream.shared[stream.ref_block]
-    # pinned blocks never fall below DRAM, but a shared block's first write is computed once
-    first = np.repeat(st.dist_tokens < 0, out.n)
-    tier[sh & ~first] = np.minimum(tier[sh & ~first], DRAM)
-    final = out.final_tier.copy()
-    final[stream.shared] = np.minimum(final[stream.shared], DRAM)
-    out = replace(out, final_tier=final, pinned_tokens=pinned)
-    return _resegment(stream, out, tier)
+    dram, ssd = max(caps[1] - pinned, 0.0), max(caps[2] - pinned, 0.0)
+    d_hbm = np.repeat(st.dist_tokens, st.n)
+    tier = _lower(np.repeat(rest.dist_tokens, rest.n), dram, ssd)
+    sh = stream.shared[stream.ref_block] & (d_hbm >= 0)  # a pinned block is computed once
+    tier[sh] = DRAM
+    tier[(d_hbm >= 0) & (d_hbm <= caps[0])] = HBM
+    final = _lower(rest.final_dist_tokens, dram, ssd)
+    final[stream.shared] = DRAM
+    final[(st.final_dist_tokens >= 0) & (st.final_dist_tokens <= caps[0])] = HBM
+    final[st.final_dist_tokens < 0] = -1
+    base = replace(_from_stack(st, caps), final_tier=final, pinned_tokens=pinned)
+    return _resegment(stream, base, tier)
 
 
 def compaction_kills(stream: BlockStream, st: StackResult) -> tuple[np.ndarray, np.ndarray]:

@@ -25,7 +25,7 @@ import numpy as np
 from agentx.kv.blocks import BlockStream
 
 # Columns of the kernel's segment table (S_OLD: previous time of the segment's first block).
-S_CALL, S_REF0, S_N, S_W, S_READ_TOK, S_IS_READ, S_DIST, S_OLD = range(8)
+S_CALL, S_REF0, S_N, S_W, S_READ_TOK, S_IS_READ, S_DIST, S_OLD, S_SW = range(9)
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class StackResult:
         return np.repeat(self.dist_tokens, self.n)
 
 
-def lru_stack(stream: BlockStream, kill_off=None, kill_blocks=None) -> StackResult:
+def lru_stack(stream: BlockStream, kill_off=None, kill_blocks=None, free=None) -> StackResult:
     """Run the kernel; ``kill_*`` (CSR per call) frees blocks before a call (session-aware)."""
     if kill_off is None:
         kill_off = np.zeros(stream.n_calls + 1, np.int64)
@@ -64,6 +64,7 @@ def lru_stack(stream: BlockStream, kill_off=None, kill_blocks=None) -> StackResu
         stream.n_blocks,
         kill_off,
         kill_blocks,
+        np.zeros(stream.n_blocks, np.bool_) if free is None else free,
     )
     first = segs[:, S_DIST] < 0
     old = segs[~first]
@@ -137,7 +138,7 @@ def _prefix(b1, b2, coords, i):  # pragma: no cover (compiled)
 
 @nb.njit(cache=True)
 def _segment_pass(
-    ref_block, ref_off, n_read, write_pos, n_in, reused, bs, n_blocks, kill_off, kill_blocks
+    ref_block, ref_off, n_read, write_pos, n_in, reused, bs, n_blocks, kill_off, kill_blocks, free
 ):  # pragma: no cover
     """Pass 1, per reference: cut the stream into segments (no distances needed for that)."""
     last = np.full(n_blocks, -1, np.int64)
@@ -145,15 +146,15 @@ def _segment_pass(
     kill_pos = np.full(kill_blocks.size, -1, np.int64)
     kill_w = np.zeros(kill_blocks.size, np.int64)
     cap = 4 * ref_off.size + 64
-    segs = np.empty((cap, 8), np.int64)
+    segs = np.empty((cap, 9), np.int64)
     ns = 0
     # the open segment lives in scalars; it is stored when the next one starts
-    o_call = o_ref0 = o_n = o_w = o_rt = o_read = o_first = o_old = -1
+    o_call = o_ref0 = o_n = o_w = o_rt = o_read = o_first = o_old = o_sw = -1
     for k in range(ref_off.size - 1):
         for q in range(kill_off[k], kill_off[k + 1]):
             b = kill_blocks[q]
             if last[b] >= 0:
-                kill_pos[q], kill_w[q] = last[b], weight[b]
+                kill_pos[q], kill_w[q] = last[b], 0 if free[b] else weight[b]
                 last[b] = -1
         prev_b = -1
         prev_p = -1
@@ -166,11 +167,13 @@ def _segment_pass(
             if p < 0:
                 weight[b] = min(bs, n_in[k] - j * bs)
             w = weight[b]
+            sw = 0 if free[b] else w  # free blocks sit outside the LRU (pinned elsewhere)
             rt = min(bs, reused[k] - j * bs) if is_read else 0
             if (
                 o_call == k
                 and o_read == is_read
                 and o_w == w
+                and o_sw == sw
                 and b != prev_b
                 and (
                     (p < 0 and o_first == 1)
@@ -182,31 +185,32 @@ def _segment_pass(
             else:
                 if o_call >= 0:
                     if ns == cap:
-                        grown = np.empty((cap * 2, 8), np.int64)
+                        grown = np.empty((cap * 2, 9), np.int64)
                         grown[:cap] = segs
                         segs = grown
                         cap *= 2
-                    _store(segs[ns], o_call, o_ref0, o_n, o_w, o_rt, o_read, o_first, o_old)
+                    _store(segs[ns], o_call, o_ref0, o_n, o_w, o_rt, o_read, o_first, o_old, o_sw)
                     ns += 1
-                o_call, o_ref0, o_n, o_w, o_rt, o_read = k, r, 1, w, rt, is_read
+                o_call, o_ref0, o_n, o_w, o_rt, o_read, o_sw = k, r, 1, w, rt, is_read, sw
                 o_first, o_old = (1 if p < 0 else 0), p
             last[b] = r
             prev_b = b
             prev_p = p
     if o_call >= 0:
         if ns == cap:
-            grown = np.empty((cap + 1, 8), np.int64)
+            grown = np.empty((cap + 1, 9), np.int64)
             grown[:cap] = segs
             segs = grown
-        _store(segs[ns], o_call, o_ref0, o_n, o_w, o_rt, o_read, o_first, o_old)
+        _store(segs[ns], o_call, o_ref0, o_n, o_w, o_rt, o_read, o_first, o_old, o_sw)
         ns += 1
     return segs[:ns].copy(), weight, last, kill_pos, kill_w
 
 
 @nb.njit(cache=True, inline="always")
-def _store(row, call, ref0, n, w, rt, is_read, first, old):  # pragma: no cover (compiled)
+def _store(row, call, ref0, n, w, rt, is_read, first, old, sw):  # pragma: no cover (compiled)
     row[S_CALL], row[S_REF0], row[S_N], row[S_W] = call, ref0, n, w
     row[S_READ_TOK], row[S_IS_READ], row[S_DIST], row[S_OLD] = rt, is_read, -first, old
+    row[S_SW] = sw
 
 
 @nb.njit(cache=True)
@@ -224,7 +228,7 @@ def _distance_pass(segs, kill_off, kill_pos, kill_w, coords, last, t_all):  # pr
                 _range_add(b1, b2, coords, kill_pos[q], kill_pos[q], -kill_w[q])
         while si < segs.shape[0] and segs[si, S_CALL] == k:
             seg = segs[si]
-            n, w, r, s_old = seg[S_N], seg[S_W], seg[S_REF0], seg[S_OLD]
+            n, w, r, s_old = seg[S_N], seg[S_SW], seg[S_REF0], seg[S_OLD]
             if seg[S_DIST] >= 0:
                 seg[S_DIST] = _prefix(b1, b2, coords, r) - _prefix(b1, b2, coords, s_old)
                 _range_add(b1, b2, coords, s_old, s_old + n - 1, -w)
