@@ -8,6 +8,7 @@ of the compiled kernels. For comparison, issue 4 cites kvcache-simulator 0.1.3 (
 
 from __future__ import annotations
 
+import resource
 import sys
 import tempfile
 import time
@@ -88,6 +89,9 @@ def main() -> None:
     grid = np.array([1e10, 3e10, 1e11, 3e11, 1e12])
     timed("kv_curve at five budgets (x 3 tiers)", kv_curve, tr, cfg, grid)
     timed("replay_tiers at 256-token serving blocks", replay_tiers, tr, cfg, block_size_tokens=256)
+    timed("replay_tiers, belady (3 MIN runs), 256-token blocks", replay_tiers, tr, cfg, policy="belady", block_size_tokens=256)  # fmt: skip
+    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    print(f"{'peak resident memory':<58} {peak_gb:8.2f} GB")
 
 
 if __name__ == "__main__":

@@ -238,3 +238,17 @@ def test_seed7_keeps_shared_prefix_blocks_out_of_ssd_and_recompute(case):
     assert (tier[pinned] <= 1).all()
     reused = tr.calls["reused_prefix_tokens"].sum()
     assert out.read_tokens[out.is_read].sum() == reused
+
+
+@pytest.mark.slow
+def test_weka_hbm_curve_flattens_past_enough_capacity(weka_parquet):
+    """SEED-13: below an "enough" capacity each GB raises the hit ratio a lot, past it little."""
+    tr = read_trace(weka_parquet)
+    grid = np.array([0, 25, 50, 100, 200, 400, 800, 1600, 3200, 6400]) * 1e9
+    hbm = kv_curve(tr, CFG, grid).filter(tier="hbm").sort("capacity_bytes")
+    hit = hbm["hit_ratio"].to_numpy()
+    gain = np.diff(hit[1:])  # per doubling of HBM
+    assert (np.diff(hit) >= 0).all() and hit[0] == 0.0
+    assert gain.max() > 0.15 and gain[-1] < 0.01
+    # reloads over the host link shrink as HBM grows
+    assert hbm["dram_to_hbm_bytes"].is_sorted(descending=True)
