@@ -8,8 +8,10 @@ keeps its block until a call rewrites it, so a compaction or a prefix break star
 
 Assumptions (docs/kv-tiers.md):
 * the leading full blocks of ``shared_prefix_tokens`` (tool definitions + system prompt) are the
-  same bytes for every session with the same ``shared_prefix_tokens`` value, so they map to one
-  set of ids stored once (SEED-7);
+  same bytes for every session with the same value (the session's smallest, or the agent's
+  without hashes), so they map to one set of ids stored once (SEED-7); with hashes the hash
+  is part of the name, so a sub-agent's own blocks stay apart. ``shared`` marks the ones two or
+  more sessions use;
 * a call reads ``ceil(reused / B)`` blocks; with hashes it writes the rest; without hashes a
   partially reused last block is read (its old, shorter version) and rewritten as a new block;
 * re-blocking to a serving block of ``m`` trace blocks names each merged block by its last
