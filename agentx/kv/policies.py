@@ -60,7 +60,9 @@ def prepare(policy: str, stream: BlockStream):
     if policy == "seed7":  # free compaction-dead blocks: passes with the kill lists
         kills = compaction_kills(stream, st)
         # HBM stays LRU over every block; below it the pinned blocks take no LRU space
-        return lru_stack(stream, *kills), lru_stack(stream, *kills, free=stream.shared)
+        st, rest = lru_stack(stream, *kills), lru_stack(stream, *kills, free=stream.shared)
+        # per-reference distances, kept for every capacity of a curve
+        return st, rest, np.repeat(st.dist_tokens, st.n), np.repeat(rest.dist_tokens, rest.n)
     return st
 
 
@@ -92,11 +94,10 @@ def _lower(dist: np.ndarray, dram: float, ssd: float) -> np.ndarray:
     return t
 
 
-def _seed7(stream: BlockStream, st: StackResult, rest: StackResult, caps: np.ndarray) -> Outcome:
+def _seed7(stream: BlockStream, st, rest, d_hbm, d_rest, caps: np.ndarray) -> Outcome:
     pinned = int(st.block_weight[stream.shared].sum())
     dram, ssd = max(caps[1] - pinned, 0.0), max(caps[2] - pinned, 0.0)
-    d_hbm = np.repeat(st.dist_tokens, st.n)
-    tier = _lower(np.repeat(rest.dist_tokens, rest.n), dram, ssd)
+    tier = _lower(d_rest, dram, ssd)
     sh = stream.shared[stream.ref_block] & (d_hbm >= 0)  # a pinned block is computed once
     tier[sh] = DRAM
     tier[(d_hbm >= 0) & (d_hbm <= caps[0])] = HBM
