@@ -49,6 +49,8 @@ def _timed(fn, *args) -> float:
 
 
 def bench_end_to_end(n_calls: int) -> None:
+    from agentx.catalog import load_catalog
+    from agentx.replay import make_config, replay_trace
     from agentx.traces.io import write_trace
     from agentx.traces.synth import synthesize
 
@@ -58,6 +60,14 @@ def bench_end_to_end(n_calls: int) -> None:
         tr = synthesize(n_calls=n_calls, seed=1)
         write_trace(tr, trace)
         print(f"synthesize + write {tr.calls.height:,} calls: {time.perf_counter() - t:.2f} s")
+        cfg = make_config(load_catalog(), "gb200", "kimi-k2", gpus=32)
+        replay_trace(tr.calls.head(PARALLEL_CALLS), cfg)  # compile / load the kernels
+        t = time.perf_counter()
+        replay_trace(tr, cfg)
+        wall = time.perf_counter() - t
+        print(
+            f"replay_trace in memory (price, stage sums, footprint, no Parquet I/O): {wall:.2f} s = {tr.calls.height / wall / 1e6:.2f} M calls/s"
+        )
         cmd = [
             sys.executable,
             "-m",
@@ -84,7 +94,7 @@ def bench_end_to_end(n_calls: int) -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=10_000_000)
-    ap.add_argument("--e2e-calls", type=int, default=1_000_000)
+    ap.add_argument("--e2e-calls", type=int, default=10_000_000)
     a = ap.parse_args()
     bench_cost_model(a.calls)
     if a.e2e_calls:

@@ -9,6 +9,8 @@ import numpy as np
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentx.catalog import load_catalog
 from agentx.cli import cli
@@ -100,6 +102,31 @@ def test_resident_context_follows_the_timeline():
     # finishes at t=30; then the other two (8,000) are resident together
     assert resident_context(calls, np.array([30.0, 30.0, 30.0]), 2) == (8000.0, 2.0)
     assert resident_context(calls, np.array([30.0, 30.0, 5.0]), 2) == (6000.0, 2.0)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 20), st.integers(0, 8), st.integers(0, 5000)), max_size=40),
+    st.integers(1, 8),
+)
+def test_resident_context_matches_an_event_by_event_walk(rows, batch):
+    """The merge kernel equals walking every event in time order (finishes first at ties)."""
+    t0 = np.array([r[0] for r in rows], float)
+    busy = np.array([r[1] for r in rows], float)
+    ctx = np.array([r[2] for r in rows], float)
+    calls = pl.DataFrame({"t_start_s": t0, "input_tokens": ctx, "output_tokens": 0.0 * ctx})
+    events = sorted(
+        [(t0[i] + busy[i], 0, i, -1.0) for i in range(len(rows))]
+        + [(t0[i], 1, i, 1.0) for i in range(len(rows))]
+    )
+    best, active, tokens = (0.0, 0.0), 0.0, 0.0
+    for k, (_, _, i, sign) in enumerate(events):
+        active += sign
+        tokens += sign * ctx[i]
+        resident = tokens * min(1.0, batch / max(active, 1.0)) if active > 0 else 0.0
+        if k == 0 or resident > best[0]:
+            best = (resident, min(active, batch))
+    assert resident_context(calls, busy, batch) == best
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The per-call closed forms of ``agentx.replay.stages`` fused into one compiled pass.
 
 Pricing whole trace columns with numpy allocates ~100 temporaries per call; this kernel reads
-each call once and writes its columns, on all cores, at tens of millions of calls per second
+each call once and writes its columns, on all cores, at millions of calls per second
 (benchmarks/bench_replay.py). It is the same arithmetic as ``fill_cost`` (packed into
 ``prefill_chunk_tokens`` passes, and alone for the latency), ``decode_attention_calls`` and
 ``decode_experts_step``; tests/test_stages.py checks the two agree to 1e-9. Stage totals are
@@ -59,18 +59,13 @@ class Params(NamedTuple):
     xfer_su: float
     xfer_so: float
     floor_pass: float
-    floor_att: float
-    lin_rate: float
-    att_rate: float
-    bw: float
-    su_bw: float
-    so_bw: float
-    pre_c: float
-    pre_m: float
-    mid_c: float
-    mid_m: float
-    da_c: float
-    da_m: float
+    floor_att_tok: float  # attention launch floors of a step / batch
+    # Reciprocal rates (s per FLOP, per byte): a multiply per term instead of a division.
+    ilin: tuple  # (prefill, midfill, decode attention) linear-layer FLOPs
+    iatt: tuple  # the same for attention math
+    imem: tuple  # the same for HBM bytes
+    isu: float
+    iso: float
     static: float
     e_lin: float
     e_att: float
@@ -78,7 +73,7 @@ class Params(NamedTuple):
     e_su: float
     e_so: float
     batch: float
-    att_w_step: float  # attention weights read per decode step (active replicas)
+    att_w_tok: float  # attention weights per decoded token: active replicas' read / batch
     att_lin_token: float
     att_replicas: float
     d_chunk: float  # distinct experts touched by a packed pass
@@ -89,26 +84,16 @@ class Params(NamedTuple):
 def params(cfg: ServingConfig) -> tuple[Params, np.ndarray, np.ndarray]:
     """Kernel constants, the distinct-experts table per tokens-in-pass, and the per-token
     decode-experts costs in KEYS order."""
-    from agentx.replay.stages import _floor_per_pass
+    from agentx.replay.stages import _ep_bytes, _floor_per_pass, _tp_bytes
 
     lay, m, c = layout(cfg), cfg.model, coefficients(cfg)
     g, eff = lay.gpus, lay.eff
+    effs = (eff.prefill, eff.midfill, eff.decode_attention)
     local = m.num_local_layers > 0
     mla = m.attention == "mla"
     per_rep = np.arange(cfg.prefill_chunk_tokens + 1, dtype=np.float64) / lay.exp_replicas
     dtab = distinct_experts(cfg, per_rep) if m.is_moe else np.zeros_like(per_rep)
     fa, ff = _floor_per_pass(cfg)
-    ep_token = 0.0
-    if m.is_moe and cfg.ep > 1:
-        ep_token = (
-            m.num_moe_layers
-            * 2.0
-            * m.experts_per_token
-            * m.hidden_size
-            * cfg.activation_bytes
-            * (cfg.ep - 1)
-            / cfg.ep
-        )
     xfer = cfg.pools == "disaggregated"
     xfer_su = xfer and cfg.system.scale_up_domain_gpus >= 2 * cfg.gpus
     b = float(cfg.decode_batch)
@@ -138,26 +123,18 @@ def params(cfg: ServingConfig) -> tuple[Params, np.ndarray, np.ndarray]:
         act_fill=lay.act_attn_token_bytes + lay.act_ffn_token_bytes,
         act_att=lay.act_attn_token_bytes,
         chunk=float(cfg.prefill_chunk_tokens),
-        ep_token=ep_token,
+        ep_token=float(_ep_bytes(cfg, 1.0)),
         su_frac=lay.su_frac_ep,
-        tp_token=2.0 * (lay.att_tp - 1) * m.hidden_size * cfg.activation_bytes * m.num_layers
-        if lay.att_tp > 1
-        else 0.0,
+        tp_token=float(_tp_bytes(cfg, lay, 1.0)),
         xfer_su=float(xfer_su),
         xfer_so=float(xfer and not xfer_su),
         floor_pass=(fa + ff) / lay.att_replicas,
-        floor_att=fa,
-        lin_rate=g * lay.lin_flops_per_s,
-        att_rate=g * lay.att_flops_per_s,
-        bw=g * lay.hbm_bytes_per_s,
-        su_bw=g * cfg.system.scale_up_bytes_per_s * eff.communication,
-        so_bw=g * cfg.system.scale_out_bytes_per_s * eff.communication,
-        pre_c=eff.prefill.compute,
-        pre_m=eff.prefill.memory,
-        mid_c=eff.midfill.compute,
-        mid_m=eff.midfill.memory,
-        da_c=eff.decode_attention.compute,
-        da_m=eff.decode_attention.memory,
+        floor_att_tok=fa / b,
+        ilin=tuple(1.0 / (g * lay.lin_flops_per_s * e.compute) for e in effs),
+        iatt=tuple(1.0 / (g * lay.att_flops_per_s * e.compute) for e in effs),
+        imem=tuple(1.0 / (g * lay.hbm_bytes_per_s * e.memory) for e in effs),
+        isu=1.0 / (g * cfg.system.scale_up_bytes_per_s * eff.communication),
+        iso=1.0 / (g * cfg.system.scale_out_bytes_per_s * eff.communication),
         static=c.static_w * g,
         e_lin=c.lin_j_per_flop,
         e_att=c.att_j_per_flop,
@@ -165,7 +142,7 @@ def params(cfg: ServingConfig) -> tuple[Params, np.ndarray, np.ndarray]:
         e_su=c.scale_up_j_per_byte,
         e_so=c.scale_out_j_per_byte,
         batch=b,
-        att_w_step=min(lay.att_replicas, b) * lay.attn_weight_bytes,
+        att_w_tok=min(lay.att_replicas, b) * lay.attn_weight_bytes / b,
         att_lin_token=2.0 * lay.attn_linear_params,
         att_replicas=float(lay.att_replicas),
         d_chunk=float(dtab[-1]),
@@ -194,35 +171,35 @@ def _kvb(q, tokens):
 
 
 @numba.njit(cache=True, inline="always", error_model="numpy", fastmath=True)
-def _fill(q, dtab, n, p, packed):
-    """(time, lin, att, weights, kv_r, kv_w, act, su_timed, so_timed) of one fill."""
+def _fill(q, dtab, n, p):
+    """(time packed, time alone, lin, att, weights packed, kv_r, kv_w, act, su_t, so_t) of one
+    fill: packed into passes of ``chunk`` tokens, and alone (the latency) in its own passes."""
     has = 1.0 if n > 0 else 0.0
     own = np.ceil(n / q.chunk)
-    if packed:
-        passes = n / q.chunk
-        d = q.d_chunk
-    else:
-        passes = own
-        t = n / max(passes, 1.0)
-        j = min(int(t), dtab.size - 2)
-        d = dtab[j] + (t - j) * (dtab[j + 1] - dtab[j])
+    passes = n / q.chunk
+    t = n / max(own, 1.0)
+    j = min(int(t), dtab.size - 2)
+    d_alone = dtab[j] + (t - j) * (dtab[j + 1] - dtab[j])
     lin = n * q.lin_token + has * q.head_flops
     pairs = _pairs(q, p + 1.0, n)
     att = pairs * q.att_pair
     if q.mla != 0.0:
         att = min(att, pairs * q.mha_pair + (own * p + n) * (q.up_token_layer * q.n_layers))
-    w = passes * q.fill_weights + min(passes, has) * q.head_w + passes * q.expert_w * d
+    w = passes * (q.fill_weights + q.expert_w * q.d_chunk) + min(passes, has) * q.head_w
+    w_alone = own * (q.fill_weights + q.expert_w * d_alone) + has * q.head_w
     kv_r = q.kv_rep * (own * _kvb(q, p) + max(own - 1.0, 0.0) * 0.5 * _kvb(q, n))
     kv_w = n * q.kv_rep * q.kv_token_b
     act = n * q.act_fill
     ep = n * q.ep_token
     su_t = n * q.tp_token + ep * q.su_frac
     so_t = ep * (1.0 - q.su_frac)
-    c, mm = (q.mid_c, q.mid_m) if p > 0 else (q.pre_c, q.pre_m)
-    mem = q.bw * mm
-    t = max(lin / (q.lin_rate * c), w / mem) + max(att / (q.att_rate * c), (kv_r + kv_w) / mem)
-    t += act / mem + max(su_t / q.su_bw, so_t / q.so_bw) + passes * q.floor_pass
-    return t, lin, att, w, kv_r, kv_w, act, su_t, so_t
+    s = 1 if p > 0 else 0
+    im, tl = q.imem[s], lin * q.ilin[s]
+    rest = max(att * q.iatt[s], (kv_r + kv_w) * im) + act * im
+    rest += max(su_t * q.isu, so_t * q.iso)
+    t = max(tl, w * im) + rest + passes * q.floor_pass
+    t_alone = max(tl, w_alone * im) + rest + own * q.floor_pass
+    return t, t_alone, lin, att, w, kv_r, kv_w, act, su_t, so_t
 
 
 @numba.njit(cache=True, inline="always", error_model="numpy", fastmath=True)
@@ -233,26 +210,24 @@ def _decode_att(q, steps, start):
     kv_r = pairs * q.kv_rep * q.kv_layer_b
     kv_w = steps * q.kv_rep * q.kv_token_b
     lin = steps * q.att_lin_token
-    w = steps * q.att_w_step / q.batch
+    w = steps * q.att_w_tok
     act = steps * q.act_att
     su = steps * q.tp_token
-    mem = q.bw * q.da_m
-    t = max(lin / (q.lin_rate * q.da_c), w / mem) + max(
-        att / (q.att_rate * q.da_c), (kv_r + kv_w) / mem
-    )
-    t += act / mem + su / q.su_bw + steps * q.floor_att / q.batch
+    im = q.imem[2]
+    t = max(lin * q.ilin[2], w * im) + max(att * q.iatt[2], (kv_r + kv_w) * im)
+    t += act * im + su * q.isu + steps * q.floor_att_tok
     return t, lin, att, w, kv_r, kv_w, act, su
 
 
 @numba.njit(cache=True, inline="always", error_model="numpy", fastmath=True)
 def _one(q, dtab, exp_tok, n, p, m, xt, xe, buf, j, acc):
     """Price one call into column ``j`` of ``buf`` and add its stage totals to ``acc``."""
-    t, lin, att, w, kv_r, kv_w, act, su_t, so_t = _fill(q, dtab, n, p, True)
+    t, t_alone, lin, att, w, kv_r, kv_w, act, su_t, so_t = _fill(q, dtab, n, p)
     su = su_t + n * q.kv_token_b * q.xfer_su
     so = so_t + n * q.kv_token_b * q.xfer_so
     hbm = w + kv_r + kv_w + act
     e = q.static * t + q.e_lin * lin + q.e_att * att + q.e_hbm * hbm + q.e_su * su + q.e_so * so
-    t_alone = _fill(q, dtab, n, p, False)[0] + xt
+    t_alone += xt
     t += xt
     e += xe
     s = 1 if p > 0 else 0
@@ -283,9 +258,8 @@ def _one(q, dtab, exp_tok, n, p, m, xt, xe, buf, j, acc):
     buf[22, j] = e + ea + m * exp_tok[K_ENERGY]
 
 
-def _price(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e):  # pragma: no cover (compiled)
+def _price(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e, cols):  # pragma: no cover
     n_calls = new.size
-    cols = np.empty((N_ROWS, n_calls))
     sums = np.zeros((BLOCKS, 4, N_KEYS))
     has_kv = xfer_t.size == n_calls
     for blk in numba.prange(BLOCKS):
@@ -302,7 +276,7 @@ def _price(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e):  # pragma: no
                 _one(q, dtab, exp_tok, new[i], prefix[i], output[i], xt, xe, buf, i - t0, sums[blk])
             for r in range(N_ROWS):
                 cols[r, t0:t1] = buf[r, : t1 - t0]
-    return cols, sums
+    return sums
 
 
 _price_serial = numba.njit(cache=True, error_model="numpy", fastmath=True)(_price)
@@ -313,4 +287,7 @@ PARALLEL_FROM_CALLS = 200_000  # below this, thread start-up and barriers cost m
 def price(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e):
     """(columns (N_ROWS × calls), per-block stage sums (BLOCKS × 4 × len(KEYS)))."""
     fn = _price_parallel if new.size >= PARALLEL_FROM_CALLS else _price_serial
-    return fn(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e)
+    # Allocated by numpy, which asks for transparent huge pages: first-touching 1.8 GB of output
+    # (10 M calls) in 4 KB pages from inside the kernel cost more than the pricing itself.
+    cols = np.empty((N_ROWS, new.size))
+    return cols, fn(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e, cols)
