@@ -30,6 +30,7 @@ import numpy as np
 import polars as pl
 
 from agentx.errors import InputError, UsageError
+from agentx.kv.hashes import hash_ids
 from agentx.traces.io import Trace
 
 ORDER = ("t_start_s", "session_id", "call_index")
@@ -103,7 +104,7 @@ def build_blocks(
     if use_hashes:
         geo = (n_blk, n_read, write_pos, ref_off, spt)
         spt_tokens = spt_min.to_numpy()[row].astype(np.int64)
-        n_blocks, n_private = _hash_ids(df, row, scope, bs // native, geo, spt_tokens, out)
+        n_blocks, n_private = hash_ids(df, row, scope, bs // native, geo, spt_tokens, out)
         shared = np.arange(n_blocks) >= n_private
     else:
         # Shared-prefix ids come first: one run of ids per distinct shared_prefix_tokens value.
@@ -148,15 +149,24 @@ def _native_block_size(df: pl.DataFrame, trace: Trace) -> int:
 
 def _multi_session(candidate, ids, ref_off, sessions) -> np.ndarray:
     """Keep as shared only the prefix blocks that two or more sessions actually use."""
-    refs = np.flatnonzero(candidate[ids])
-    if refs.size == 0:
+    if not candidate.any():
         return candidate
-    call = np.searchsorted(ref_off, refs, side="right") - 1
-    pairs = np.unique(ids[refs] * (int(sessions.max()) + 1) + sessions[call])
-    blocks, n = np.unique(pairs // (int(sessions.max()) + 1), return_counts=True)
-    shared = np.zeros_like(candidate)
-    shared[blocks[n >= 2]] = True
-    return shared
+    return _multi_kernel(candidate, ids, ref_off, sessions)
+
+
+@nb.njit(cache=True)
+def _multi_kernel(candidate, ids, ref_off, sessions):  # pragma: no cover (compiled)
+    first = np.full(candidate.size, -1, np.int64)
+    multi = np.zeros(candidate.size, np.bool_)
+    for k in range(ref_off.size - 1):
+        for r in range(ref_off[k], ref_off[k + 1]):
+            b = ids[r]
+            if candidate[b]:
+                if first[b] < 0:
+                    first[b] = sessions[k]
+                elif first[b] != sessions[k]:
+                    multi[b] = True
+    return multi
 
 
 def _chains(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -172,120 +182,6 @@ def _chains(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         ranks["chain"].to_numpy().astype(np.int64) - 1,
         ranks["agent"].to_numpy().astype(np.int64) - 1,
     )
-
-
-SMALL = 1 << 32  # hash values below this are offset per namespace; larger ones are ranked
-
-
-def _hash_ids(df, row, scope, m, geo, spt_tokens, out) -> tuple[int, int]:
-    """Dense ids from the (namespaced) hash of each block's last trace block.
-
-    Hashes are mostly small counters (Weka numbers blocks 1, 2, … per session): offsetting each
-    namespace by the running maximum needs no sort; the few large values are ranked exactly.
-    Shared-prefix positions are named by (the session's shared-prefix size, position, hash):
-    sessions with the same tool + system prefix share them, and a sub-agent's own blocks (other
-    hashes at the same positions) stay apart. Returns (ids, private ids).
-    """
-    id0 = 0
-    lens = df["block_hashes"].list.len().to_numpy().astype(np.int64)
-    hoff = np.cumsum(lens) - lens
-    flat = df["block_hashes"].explode().to_numpy().view(np.int64)  # ≥ 2^63 reads negative: big
-    if scope == "global":
-        ns = np.zeros(df.height, np.int64)
-    else:  # "session" (or unknown): ids mean nothing across sessions
-        ns = df["session_id"].rank("dense").to_numpy().astype(np.int64) - 1
-    n_ns = int(ns.max()) + 1 if ns.size else 1
-    top = _ns_top(flat, hoff, lens, ns, n_ns)
-    small = flat.size - int(((flat >= SMALL) | (flat < 0)).sum())
-    if int(top.sum()) > 4 * small + 1024:  # sparse values: rank every (namespace, hash) exactly
-        top[:] = 0
-    base = id0 + np.cumsum(top) - top
-    n = id0 + int(top.sum())
-    big = (flat >= SMALL) | (flat < 0)
-    if not top.any():
-        big[:] = True
-    big_pos = np.flatnonzero(big)
-    big_key = np.zeros(0, np.int64)
-    if big_pos.size:
-        big_ns = ns[np.searchsorted(hoff, big_pos, side="right") - 1]
-        pairs = pl.DataFrame({"ns": big_ns, "h": flat[big_pos]})
-        big_key = n + pairs.select(pl.struct("ns", "h").rank("dense")).to_series().to_numpy() - 1
-        n = int(big_key.max()) + 1
-    hm = int(top.max()) if top.size else 0
-    # shared blocks are keyed (session's shared size, position, hash) packed in one int64
-    spt = geo[-1]
-    grp = np.unique(spt_tokens, return_inverse=True)[1].astype(np.int64)
-    if (int(grp.max(initial=0)) + 1) * (int(spt.max(initial=0)) + 1) * (hm + 1) >= 1 << 62:
-        spt[:] = 0  # hash values too large to pack: no cross-session sharing
-    _hash_kernel(
-        flat,
-        hoff[row],
-        lens[row],
-        ns[row],
-        base,
-        big_pos,
-        big_key.astype(np.int64),
-        m,
-        hm,
-        grp,
-        *geo,
-        out,
-    )
-    neg = np.flatnonzero(out < 0)  # shared-prefix blocks (negative keys)
-    if neg.size:
-        uniq, inv = np.unique(out[neg], return_inverse=True)
-        out[neg] = n + (uniq.size - 1 - inv)  # ascending key order
-        return n + uniq.size, n
-    return n, n
-
-
-@nb.njit(cache=True)
-def _ns_top(flat, hoff, lens, ns, n_ns):  # pragma: no cover (compiled)
-    top = np.zeros(n_ns, np.int64)
-    for k in range(hoff.size):
-        for i in range(hoff[k], hoff[k] + lens[k]):
-            h = flat[i]
-            if 0 <= h < SMALL and h + 1 > top[ns[k]]:
-                top[ns[k]] = h + 1
-    return top
-
-
-@nb.njit(cache=True)
-def _hash_kernel(
-    flat,
-    hoff,
-    lens,
-    ns,
-    base,
-    big_pos,
-    big_key,
-    m,
-    hm,
-    grp,
-    n_blk,
-    n_read,
-    write_pos,
-    ref_off,
-    spt,
-    out,
-):  # pragma: no cover (compiled)
-    all_big = big_pos.size == flat.size
-    smax = spt.max() + 1 if spt.size else 1
-    for k in range(n_blk.size):
-        r = ref_off[k]
-        sp, h0, hl, bk, g = spt[k], hoff[k], lens[k] - 1, base[ns[k]], grp[k]
-        for part in range(2):
-            lo, hi = (0, n_read[k]) if part == 0 else (write_pos[k], n_blk[k])
-            for j in range(lo, hi):
-                i = h0 + min(j * m + m - 1, hl)
-                h = flat[i]
-                if all_big:
-                    out[r] = big_key[i]
-                elif 0 <= h < SMALL:
-                    out[r] = -(1 + (g * smax + j) * hm + h) if j < sp else bk + h
-                else:
-                    out[r] = big_key[np.searchsorted(big_pos, i)]
-                r += 1
 
 
 @nb.njit(cache=True)
