@@ -274,3 +274,24 @@ def test_fill_cost_broadcasts_batch_tokens():
         one = fill_cost(cfg, n[j], p[j], float(batch[j]))
         for key, v in one.items():
             assert np.asarray(arr[key])[j] == pytest.approx(float(v), rel=1e-12), key
+
+
+def test_parallel_kernel_is_byte_identical_to_the_serial_one():
+    """Above PARALLEL_FROM_CALLS the kernel runs on all cores; columns and stage sums must not
+    depend on it (fixed blocks summed in order) and must match the closed forms."""
+    from agentx.replay import kernel
+
+    cfg = CFGS["dsv3-h200-tp8"]
+    rng = np.random.default_rng(3)
+    size = kernel.PARALLEL_FROM_CALLS
+    n = np.rint(rng.lognormal(6.6, 1.5, size))
+    p = np.where(rng.random(size) < 0.05, 0.0, np.rint(rng.lognormal(11.5, 0.8, size)))
+    m = np.rint(rng.lognormal(5.4, 1.1, size))
+    q, dtab, et = kernel.params(cfg)
+    z = np.zeros(0)
+    cols, sums = kernel.price(q, dtab, et, n, p, m, z, z)
+    serial = np.empty_like(cols)
+    serial_sums = kernel._price_serial(q, dtab, et, n, p, m, z, z, serial)
+    assert cols.tobytes() == serial.tobytes() and sums.tobytes() == serial_sums.tobytes()
+    fill = fill_cost(cfg, n[:50], p[:50], batch_tokens=cfg.prefill_chunk_tokens)
+    np.testing.assert_allclose(cols[0, :50] + cols[5, :50], fill["time_s"], rtol=1e-9)

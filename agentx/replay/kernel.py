@@ -20,7 +20,7 @@ import numpy as np
 from agentx.catalog.types import ServingConfig
 from agentx.replay.config import layout
 from agentx.replay.energy import coefficients
-from agentx.replay.stages import KEYS, decode_experts_step, distinct_experts
+from agentx.replay.stages import KEYS, decode_experts_step, distinct_experts, mla_mha_forms
 
 BLOCKS = 256
 TILE = 256  # calls per tile: 23 rows × 256 × 8 B = 47 KB, inside L2
@@ -60,10 +60,16 @@ class Params(NamedTuple):
     xfer_so: float
     floor_pass: float
     floor_att_tok: float  # attention launch floors of a step / batch
-    # Reciprocal rates (s per FLOP, per byte): a multiply per term instead of a division.
-    ilin: tuple  # (prefill, midfill, decode attention) linear-layer FLOPs
-    iatt: tuple  # the same for attention math
-    imem: tuple  # the same for HBM bytes
+    # s per FLOP or byte by stage: a multiply, not a division (scalars: parfors take no tuples)
+    ilin_pre: float
+    iatt_pre: float
+    imem_pre: float
+    ilin_mid: float
+    iatt_mid: float
+    imem_mid: float
+    ilin_da: float
+    iatt_da: float
+    imem_da: float
     isu: float
     iso: float
     static: float
@@ -91,6 +97,7 @@ def params(cfg: ServingConfig) -> tuple[Params, np.ndarray, np.ndarray]:
     effs = (eff.prefill, eff.midfill, eff.decode_attention)
     local = m.num_local_layers > 0
     mla = m.attention == "mla"
+    mha, up = mla_mha_forms(m) if mla else (0.0, 0.0)
     per_rep = np.arange(cfg.prefill_chunk_tokens + 1, dtype=np.float64) / lay.exp_replicas
     dtab = distinct_experts(cfg, per_rep) if m.is_moe else np.zeros_like(per_rep)
     fa, ff = _floor_per_pass(cfg)
@@ -105,13 +112,8 @@ def params(cfg: ServingConfig) -> tuple[Params, np.ndarray, np.ndarray]:
         window=float(m.local_window_tokens) if local else 0.0,
         att_pair=m.attention_flops_per_pair(),
         mla=float(mla),
-        mha_pair=2.0 * m.num_attention_heads * (m.qk_head_dim + m.v_head_dim) if mla else 0.0,
-        up_token_layer=2.0
-        * m.kv_lora_rank
-        * m.num_attention_heads
-        * (m.qk_head_dim - m.qk_rope_head_dim + m.v_head_dim)
-        if mla
-        else 0.0,
+        mha_pair=mha,
+        up_token_layer=up,
         lin_token=2.0 * (lay.attn_linear_params + lay.ffn_linear_params),
         head_flops=2.0 * lay.head_params,
         fill_weights=lay.attn_weight_bytes + lay.ffn_weight_bytes,
@@ -130,9 +132,15 @@ def params(cfg: ServingConfig) -> tuple[Params, np.ndarray, np.ndarray]:
         xfer_so=float(xfer and not xfer_su),
         floor_pass=(fa + ff) / lay.att_replicas,
         floor_att_tok=fa / b,
-        ilin=tuple(1.0 / (g * lay.lin_flops_per_s * e.compute) for e in effs),
-        iatt=tuple(1.0 / (g * lay.att_flops_per_s * e.compute) for e in effs),
-        imem=tuple(1.0 / (g * lay.hbm_bytes_per_s * e.memory) for e in effs),
+        **{
+            f"{k}_{st}": 1.0 / (g * rate * (e.memory if k == "imem" else e.compute))
+            for st, e in zip(("pre", "mid", "da"), effs, strict=True)
+            for k, rate in (
+                ("ilin", lay.lin_flops_per_s),
+                ("iatt", lay.att_flops_per_s),
+                ("imem", lay.hbm_bytes_per_s),
+            )
+        },
         isu=1.0 / (g * cfg.system.scale_up_bytes_per_s * eff.communication),
         iso=1.0 / (g * cfg.system.scale_out_bytes_per_s * eff.communication),
         static=c.static_w * g,
@@ -193,9 +201,10 @@ def _fill(q, dtab, n, p):
     ep = n * q.ep_token
     su_t = n * q.tp_token + ep * q.su_frac
     so_t = ep * (1.0 - q.su_frac)
-    s = 1 if p > 0 else 0
-    im, tl = q.imem[s], lin * q.ilin[s]
-    rest = max(att * q.iatt[s], (kv_r + kv_w) * im) + act * im
+    mid = p > 0
+    im = q.imem_mid if mid else q.imem_pre
+    tl = lin * (q.ilin_mid if mid else q.ilin_pre)
+    rest = max(att * (q.iatt_mid if mid else q.iatt_pre), (kv_r + kv_w) * im) + act * im
     rest += max(su_t * q.isu, so_t * q.iso)
     t = max(tl, w * im) + rest + passes * q.floor_pass
     t_alone = max(tl, w_alone * im) + rest + own * q.floor_pass
@@ -213,8 +222,8 @@ def _decode_att(q, steps, start):
     w = steps * q.att_w_tok
     act = steps * q.act_att
     su = steps * q.tp_token
-    im = q.imem[2]
-    t = max(lin * q.ilin[2], w * im) + max(att * q.iatt[2], (kv_r + kv_w) * im)
+    im = q.imem_da
+    t = max(lin * q.ilin_da, w * im) + max(att * q.iatt_da, (kv_r + kv_w) * im)
     t += act * im + su * q.isu + steps * q.floor_att_tok
     return t, lin, att, w, kv_r, kv_w, act, su
 
@@ -263,8 +272,7 @@ def _price(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e, cols):  # prag
     sums = np.zeros((BLOCKS, 4, N_KEYS))
     has_kv = xfer_t.size == n_calls
     for blk in numba.prange(BLOCKS):
-        lo = blk * n_calls // BLOCKS
-        hi = (blk + 1) * n_calls // BLOCKS
+        lo, hi = blk * n_calls // BLOCKS, (blk + 1) * n_calls // BLOCKS
         # Columns are built in cache-sized tiles and copied out row by row: writing 23 output
         # streams one call at a time defeats the prefetchers (5x slower, benchmarks/).
         buf = np.empty((N_ROWS, TILE))
@@ -287,7 +295,6 @@ PARALLEL_FROM_CALLS = 200_000  # below this, thread start-up and barriers cost m
 def price(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e):
     """(columns (N_ROWS × calls), per-block stage sums (BLOCKS × 4 × len(KEYS)))."""
     fn = _price_parallel if new.size >= PARALLEL_FROM_CALLS else _price_serial
-    # Allocated by numpy, which asks for transparent huge pages: first-touching 1.8 GB of output
-    # (10 M calls) in 4 KB pages from inside the kernel cost more than the pricing itself.
+    # numpy asks for huge pages; faulting in 1.8 GB (10 M calls) by 4 KB pages cost more than pricing
     cols = np.empty((N_ROWS, new.size))
     return cols, fn(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e, cols)

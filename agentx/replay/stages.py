@@ -148,6 +148,13 @@ def _floor_per_pass(cfg: ServingConfig) -> tuple[float, float]:
     return m.num_layers * KERNELS_ATTENTION * f, ffn
 
 
+def mla_mha_forms(m) -> tuple[float, float]:
+    """Non-absorbed MLA: (FLOPs per pair-layer, latent up-projection FLOPs per token-layer)."""
+    h = m.num_attention_heads
+    up = 2.0 * m.kv_lora_rank * h * (m.qk_head_dim - m.qk_rope_head_dim + m.v_head_dim)
+    return 2.0 * h * (m.qk_head_dim + m.v_head_dim), up
+
+
 def fill_cost(cfg: ServingConfig, new_tokens, prefix_tokens, batch_tokens=None) -> StageCost:
     """One input fill of ``new_tokens`` onto ``prefix_tokens`` cached tokens (SEED-8, SEED-9).
 
@@ -178,13 +185,7 @@ def fill_cost(cfg: ServingConfig, new_tokens, prefix_tokens, batch_tokens=None) 
     if m.attention == "mla":
         # Long appends run the non-absorbed (MHA) form, which first up-projects the cached
         # latent of every attended token; short ones the absorbed form. Take the cheaper.
-        mha = 2.0 * m.num_attention_heads * (m.qk_head_dim + m.v_head_dim)
-        up = (
-            2.0
-            * m.kv_lora_rank
-            * m.num_attention_heads
-            * (m.qk_head_dim - m.qk_rope_head_dim + m.v_head_dim)
-        )
+        mha, up = mla_mha_forms(m)
         att = np.minimum(att, pairs * mha + (own * p + n) * (up * m.num_layers))
     # The LM head runs for each call's last token only: once per call alone, shared by the
     # calls of a packed pass.
