@@ -126,6 +126,7 @@ def test_tiers_and_link_bytes_equal_a_step_by_step_hierarchy(case, write_policy)
     np.testing.assert_array_equal(pc.select(names).sum_horizontal().to_numpy(), reused)
     for k in LINKS:
         assert got.summary["bytes"][k] == pytest.approx(pc[f"kv_{k}_bytes"].sum())
+        assert (got.summary["link_time_s"][k] > 0) == (got.summary["bytes"][k] > 0)
     assert (pc["kv_dram_to_hbm_bytes"] >= pc["kv_ssd_to_dram_bytes"]).all()
 
 

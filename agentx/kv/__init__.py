@@ -28,6 +28,7 @@ from agentx.kv.tiers import (
     WRITE_POLICIES,
     TierCapacities,
     capacities_for,
+    link_costs,
     per_call_frame,
     traffic_over_time,
 )
@@ -58,7 +59,10 @@ def replay_tiers(
     stream = build_blocks(trace, block_size_tokens, share_prefix=share_prefix)
     out = outcome(policy, stream, caps.tokens(bpt))
     per_call = per_call_frame(out, stream, trace.calls.height, bpt, cfg, write_policy)
-    return KvResult(per_call, summarize(out, per_call, stream, caps, policy, write_policy, bpt))
+    summary = summarize(out, per_call, stream, caps, policy, write_policy, bpt)
+    costs = link_costs(cfg)  # each link alone, at the bandwidth one call gets
+    summary["link_time_s"] = {k: summary["bytes"][k] / costs[k][0] for k in LINKS}
+    return KvResult(per_call, summary)
 
 
 def summarize(
