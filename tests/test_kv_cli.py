@@ -1,8 +1,9 @@
-"""``agentx kv-curve``: table, Parquet and JSON outputs, exact errors and exit codes."""
+"""``agentx kv-curve``: table, run directory, Parquet and JSON outputs, exact errors, exit codes."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import polars as pl
 import pytest
@@ -48,6 +49,59 @@ def test_table_parquet_and_json(trace_path, tmp_path):
     assert j.exit_code == 0, j.output
     doc = json.loads(j.output)
     assert doc["policy"] == "seed7" and len(doc["curve"]) == 3 and doc["gpus"] == 8
+    assert doc["block_size_tokens"] == 64 and doc["block_size_note"] == ""
+
+
+def test_run_directory_joins_sql_and_report(trace_path, tmp_path):
+    from agentx.analysis import open_db
+    from agentx.analysis.report import build_report
+    from agentx.runs import read_run
+
+    runs = tmp_path / "runs"
+    r = run(trace_path, *HW, "--capacities-gb", "0,1,10", "-o", runs / "kv", "-q")
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in (runs / "kv").iterdir()) == [
+        "kv_curve.parquet",
+        "run.json",
+        "summary.json",
+    ]
+    rd = read_run(runs / "kv")
+    assert rd.kind == "kv-curve" and rd.manifest["config"]["hw"] == "h200"
+    assert rd.manifest["inputs"]["trace"]["path"] == str(trace_path)
+    kv = rd.summary()["kv_tiers"]
+    assert kv["block_size_tokens"] == 64 and kv["reused_tokens"] > 0
+    assert 0 < kv["hit_ratio"] <= 1 and kv["curve"]["points"] == 3
+    curve = rd.table("kv_curve")
+    with open_db([], [runs]) as db:
+        assert db.query("SELECT * EXCLUDE (run) FROM kv_curve").equals(curve)
+        assert db.query("SELECT DISTINCT run FROM kv_curve")["run"].to_list() == ["kv"]
+    html, charts = build_report([runs])
+    assert "KV hit ratio against capacity" in html
+    assert any("kv-hit-ratio" in slug for slug, _ in charts)
+    first = (runs / "kv" / "kv_curve.parquet").read_bytes(), (runs / "kv" / "run.json").read_bytes()
+    assert run(trace_path, *HW, "--capacities-gb", "0,1,10", "-o", runs / "kv").exit_code == 0
+    again = (runs / "kv" / "kv_curve.parquet").read_bytes(), (runs / "kv" / "run.json").read_bytes()
+    assert again == first  # same input, same bytes
+
+
+def test_budget_reblocks_and_says_so(trace_path):
+    r = run(trace_path, *HW, "--capacities-gb", "1", "--max-block-refs", "200000")
+    assert r.exit_code == 0, r.output
+    note = [line for line in r.stderr.splitlines() if line.startswith("note: ")]
+    m = re.fullmatch(
+        r"note: re-blocked from 64 to (\d+) tokens: ([\d,]+) block references exceed the "
+        r"budget of 200,000 \(--max-block-refs\); ([\d,]+) at \1",
+        note[0],
+    )
+    assert len(note) == 1 and m, r.stderr
+    bs, before, after = int(m[1]), int(m[2].replace(",", "")), int(m[3].replace(",", ""))
+    assert bs > 64 and before > 200_000 >= after
+    assert f"; {bs}-token blocks (re-blocked: see note)" in r.stdout
+    r = run(trace_path, *HW, "--max-block-refs", "10")
+    assert r.exit_code == 2
+    assert r.output.startswith("Error: the trace needs ") and r.output.strip().endswith(
+        "raise --max-block-refs above 10"
+    )
 
 
 def test_unknown_hardware_is_a_usage_error(trace_path):

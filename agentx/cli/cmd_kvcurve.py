@@ -8,7 +8,7 @@ import click
 import polars as pl
 
 from agentx.catalog.types import PRECISIONS
-from agentx.cli._common import catalog_option, emit_json, json_option, print_table
+from agentx.cli._common import catalog_option, emit_json, json_option, print_table, quiet_option
 from agentx.errors import UsageError
 
 GB = 1e9
@@ -16,7 +16,7 @@ GB = 1e9
 
 @click.command(
     "kv-curve",
-    epilog="Example: agentx kv-curve w.parquet --hw gb200 --model deepseek-v3 -o curve.parquet",
+    epilog="Example: agentx kv-curve w.parquet --hw gb200 --model deepseek-v3 -o runs/kv-gb200",
 )
 @click.argument("trace", type=click.Path(path_type=Path))
 @click.option("--hw", default="gb200", show_default=True, help="System (agentx hw).")
@@ -58,26 +58,41 @@ GB = 1e9
     "--capacities-gb",
     help="Comma-separated capacities to sweep (default: 0 and 1 GB … full reuse, log-spaced).",
 )
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the curve as Parquet.")
+@click.option(
+    "--max-block-refs",
+    type=int,
+    help="Memory budget in block references (default 300 M, ~12 GB at peak); past it the "
+    "block size doubles until the trace fits.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    help="Write a run directory (kv_curve.parquet, summary.json, run.json); "
+    "a path ending in .parquet gets the curve alone.",
+)
 @catalog_option
 @json_option
+@quiet_option
 def command(trace, hw, model_name, gpus, kv_precision, block_size_tokens, policy, write_policy,
-            hbm_kv_gb, dram_gb, ssd_tb, capacities_gb, output, catalog_files, as_json) -> None:  # fmt: skip
+            hbm_kv_gb, dram_gb, ssd_tb, capacities_gb, max_block_refs, output, catalog_files,
+            as_json, quiet) -> None:  # fmt: skip
     """Hit ratio (token-weighted over each call's reused prefix) and bytes per link as each tier
     (HBM, DRAM, SSD) grows while the other two keep their configured size: one exact LRU
     stack pass over every KV block reference of TRACE (SEED-5, 7, 13)."""
     from agentx.catalog import load_catalog
     from agentx.io import ensure_distinct, write_parquet_atomic
-    from agentx.kv import capacities_for, kv_curve
+    from agentx.kv import capacities_for
+    from agentx.kv.blocks import MAX_REFS
+    from agentx.kv.curve import curve as kv_curve
     from agentx.replay.config import make_config
     from agentx.traces.io import read_trace
 
     if output is not None:
         ensure_distinct(output, [trace])
     grid = _grid(capacities_gb)
-    cfg = make_config(
-        load_catalog(catalog_files), hw, model_name, gpus=gpus, kv_precision=kv_precision
-    )
+    cat = load_catalog(catalog_files)
+    cfg = make_config(cat, hw, model_name, gpus=gpus, kv_precision=kv_precision)
     caps = capacities_for(
         cfg,
         hbm_bytes=None if hbm_kv_gb is None else hbm_kv_gb * GB,
@@ -85,16 +100,37 @@ def command(trace, hw, model_name, gpus, kv_precision, block_size_tokens, policy
         ssd_bytes=None if ssd_tb is None else ssd_tb * 1e12,
     )
     tr = read_trace(trace)
-    curve = kv_curve(tr, cfg, grid, capacities=caps, block_size_tokens=block_size_tokens, policy=policy, write_policy=write_policy)  # fmt: skip
-    if output is not None:
+    max_block_refs = MAX_REFS if max_block_refs is None else max_block_refs
+    curve, kv = kv_curve(tr, cfg, grid, capacities=caps, block_size_tokens=block_size_tokens,
+                         policy=policy, write_policy=write_policy, max_refs=max_block_refs)  # fmt: skip
+    config = {"hw": hw, "model": model_name, "gpus": cfg.gpus, "kv_precision": kv_precision,
+              "policy": policy, "write_policy": write_policy, "block_size_tokens": block_size_tokens,
+              "max_block_refs": max_block_refs, "capacities_gb": grid and [g / GB for g in grid]}  # fmt: skip
+    if output is not None and output.suffix == ".parquet":
         meta = {
             "agentx.kv_curve": f"{hw} {model_name} gpus={cfg.gpus} policy={policy} {write_policy}"
         }
         write_parquet_atomic(curve, output, meta)
+    elif output is not None:
+        from agentx.runs import write_run
+
+        summary = {"hw": hw, "model": model_name, "gpus": cfg.gpus, "kv_tiers": kv}
+        write_run(output, "kv-curve", {"kv_curve": curve}, summary=summary,
+                  inputs={"trace": trace}, config=config, catalog_version=cat.version)  # fmt: skip
+    note = kv["block_size_note"]
+    if note and not quiet:
+        click.echo(f"note: {note}", err=True)
     if as_json:
         emit_json({"hw": hw, "model": model_name, "gpus": cfg.gpus, "policy": policy,
-                   "write_policy": write_policy, "capacities": caps.as_dict(), "curve": curve.to_dicts()})  # fmt: skip
-        return
+                   "write_policy": write_policy, "block_size_tokens": kv["block_size_tokens"],
+                   "block_size_note": note, "capacities": caps.as_dict(), "curve": curve.to_dicts()})  # fmt: skip
+    else:
+        _print(curve, caps, kv, f"{model_name} on {cfg.gpus} × {hw}", f"{policy}, {write_policy}")
+    if output is not None and not quiet:
+        click.echo(f"wrote {output}", err=True)
+
+
+def _print(curve: pl.DataFrame, caps, kv: dict, what: str, policy: str) -> None:
     gb = [c for c in curve.columns if c.endswith("_bytes") and c != "capacity_bytes"]
     print_table(
         curve.select(
@@ -106,9 +142,11 @@ def command(trace, hw, model_name, gpus, kv_precision, block_size_tokens, policy
             *[(pl.col(c) / GB).alias(c.replace("_bytes", "_gb")) for c in gb],
         )
     )
+    note = " (re-blocked: see note)" if kv["block_size_note"] else ""
     click.echo(
-        f"\n{model_name} on {cfg.gpus} × {hw}: HBM {caps.hbm_bytes / GB:,.0f} GB, DRAM "
-        f"{caps.dram_bytes / GB:,.0f} GB, SSD {caps.ssd_bytes / 1e12:,.1f} TB for KV; {policy}, {write_policy}"
+        f"\n{what}: HBM {caps.hbm_bytes / GB:,.0f} GB, DRAM {caps.dram_bytes / GB:,.0f} GB, "
+        f"SSD {caps.ssd_bytes / 1e12:,.1f} TB for KV; {policy}; "
+        f"{kv['block_size_tokens']}-token blocks{note}"
     )
 
 

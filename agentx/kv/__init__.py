@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 
 from agentx.catalog.types import ServingConfig
-from agentx.kv.blocks import BlockStream, build_blocks
+from agentx.kv.blocks import MAX_REFS, BlockStream, build_blocks
 from agentx.kv.policies import DRAM, HBM, NOWHERE, POLICIES, SSD, Outcome, outcome
 from agentx.kv.tiers import (
     LINKS,
@@ -52,17 +52,18 @@ def replay_tiers(
     block_size_tokens: int | None = None,
     write_policy: str = "write-through",
     share_prefix: bool = True,
+    max_refs: int = MAX_REFS,
 ) -> KvResult:
-    """Where each call's reused prefix is found, and what moving it costs (docs/kv-tiers.md)."""
+    """Where each call's reused prefix is found, and what moving it costs (docs/kv-tiers.md).
+
+    A stream of more than ``max_refs`` block references is re-blocked to the smallest
+    power-of-two multiple of the block size that fits (``summary["block_size_note"]``)."""
     caps = capacities or capacities_for(cfg)
     bpt = cfg.kv_bytes_per_token
-    stream = build_blocks(trace, block_size_tokens, share_prefix=share_prefix)
+    stream = build_blocks(trace, block_size_tokens, share_prefix=share_prefix, max_refs=max_refs)
     out = outcome(policy, stream, caps.tokens(bpt))
     per_call = per_call_frame(out, stream, trace.calls.height, bpt, cfg, write_policy)
-    summary = summarize(out, per_call, stream, caps, policy, write_policy, bpt)
-    costs = link_costs(cfg)  # each link alone, at the bandwidth one call gets
-    summary["link_time_s"] = {k: summary["bytes"][k] / costs[k][0] for k in LINKS}
-    return KvResult(per_call, summary)
+    return KvResult(per_call, summarize(out, per_call, stream, caps, policy, write_policy, cfg))
 
 
 def summarize(
@@ -72,8 +73,10 @@ def summarize(
     caps: TierCapacities,
     policy: str,
     write_policy: str,
-    bytes_per_token: float,
+    cfg: ServingConfig,
 ) -> dict:
+    bytes_per_token = cfg.kv_bytes_per_token
+    costs = link_costs(cfg)  # each link alone, at the bandwidth one call gets
     rd = out.is_read
     reused = int(stream.reused_tokens.sum())
     tiers = {}
@@ -86,6 +89,7 @@ def summarize(
         "policy": policy,
         "write_policy": write_policy,
         "block_size_tokens": stream.block_size_tokens,
+        "block_size_note": stream.block_size_note,
         "kv_bytes_per_token": float(bytes_per_token),
         "capacities": caps.as_dict(),
         "calls": stream.n_calls,
@@ -97,6 +101,7 @@ def summarize(
         "recompute": {"blocks": int(out.n[miss].sum()), "tokens": int(out.read_tokens[miss].sum())},
         "hit_ratio": hit_tokens / reused if reused else 0.0,
         "bytes": {link: float(per_call[f"kv_{link}_bytes"].sum()) for link in LINKS},
+        "link_time_s": {k: float(per_call[f"kv_{k}_bytes"].sum()) / costs[k][0] for k in LINKS},
         "transfer_time_s": float(per_call["kv_transfer_time_s"].sum()),
         "transfer_energy_j": float(per_call["kv_transfer_energy_j"].sum()),
         "pinned_shared_bytes": float(out.pinned_tokens * bytes_per_token),
@@ -112,6 +117,7 @@ def kv_curve(
     block_size_tokens: int | None = None,
     policy: str = "lru",
     write_policy: str = "write-through",
+    max_refs: int = MAX_REFS,
 ) -> pl.DataFrame:
     from agentx.kv.curve import curve
 
@@ -123,10 +129,12 @@ def kv_curve(
         block_size_tokens=block_size_tokens,
         policy=policy,
         write_policy=write_policy,
-    )
+        max_refs=max_refs,
+    )[0]
 
 
 __all__ = [
+    "MAX_REFS",
     "PER_CALL",
     "POLICIES",
     "TIER_NAMES",

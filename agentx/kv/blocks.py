@@ -34,6 +34,10 @@ from agentx.kv.hashes import hash_ids
 from agentx.traces.io import Trace
 
 ORDER = ("t_start_s", "session_id", "call_index")
+# Block references materialized at most (int64 ids plus per-reference work arrays: about
+# 40 bytes each at peak, so ~12 GB here, half a 24 GB machine). A trace with more references
+# at the requested block size is re-blocked to the smallest power-of-two multiple that fits.
+MAX_REFS = 300_000_000
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class BlockStream:
     chain: np.ndarray  # per call: id of (session, agent, compaction epoch)
     agent: np.ndarray  # per call: id of (session, agent)
     compaction: np.ndarray  # per call: starts a compacted context
+    block_size_note: str = ""  # why block_size_tokens is coarser than asked ("" if it is not)
 
     @property
     def n_calls(self) -> int:
@@ -64,9 +69,14 @@ class BlockStream:
 
 
 def build_blocks(
-    trace: Trace, block_size_tokens: int | None = None, *, share_prefix: bool = True
+    trace: Trace,
+    block_size_tokens: int | None = None,
+    *,
+    share_prefix: bool = True,
+    max_refs: int = MAX_REFS,
 ) -> BlockStream:
-    """The reference stream of ``trace`` at ``block_size_tokens`` (default: the trace's own)."""
+    """The reference stream of ``trace`` at ``block_size_tokens`` (default: the trace's own),
+    coarsened by powers of two until it has at most ``max_refs`` references."""
     df = trace.calls
     use_hashes = df.height > 0 and bool(df["block_hashes"].is_not_null().all())
     native = _native_block_size(df, trace) if use_hashes else None
@@ -86,6 +96,7 @@ def build_blocks(
 
     n_in = col("input_tokens")
     reused = col("reused_prefix_tokens")
+    bs, note = fit_block_size(n_in, reused, bs, use_hashes, max_refs)
     n_blk = -(-n_in // bs)
     n_read = -(-reused // bs)
     write_pos = n_read.copy() if use_hashes else reused // bs
@@ -119,6 +130,7 @@ def build_blocks(
     shared = _multi_session(shared, out, ref_off, sessions)
     return BlockStream(
         block_size_tokens=bs,
+        block_size_note=note,
         row=row,
         ref_off=ref_off,
         n_read=n_read,
@@ -131,6 +143,40 @@ def build_blocks(
         chain=chain,
         agent=agent,
         compaction=df["is_compaction"].to_numpy()[row],
+    )
+
+
+def ref_count(n_in: np.ndarray, reused: np.ndarray, bs: int, use_hashes: bool) -> int:
+    """References of the stream at block size ``bs``, in closed form (as ``ref_off`` counts
+    them: ``ceil(R/B)`` reads, writes from ``ceil(R/B)`` (hashes) or ``floor(R/B)`` on)."""
+    n_read = -(-reused // bs)
+    write_pos = n_read if use_hashes else reused // bs
+    return int((n_read + -(-n_in // bs) - write_pos).sum())
+
+
+def fit_block_size(
+    n_in: np.ndarray, reused: np.ndarray, bs: int, use_hashes: bool, max_refs: int
+) -> tuple[int, str]:
+    """``bs`` doubled until the stream has at most ``max_refs`` references, and why."""
+    if max_refs <= 0:
+        raise UsageError(f"--max-block-refs must be positive, got {max_refs}")
+    asked = bs
+    n = ref_count(n_in, reused, bs, use_hashes)
+    if n <= max_refs:
+        return bs, ""
+    top = max(int(n_in.max(initial=1)), 1)
+    while n > max_refs and bs < 2 * top:  # past the longest prompt every call has ≤ 2 refs
+        bs *= 2
+        n = ref_count(n_in, reused, bs, use_hashes)
+    if n > max_refs:
+        raise UsageError(
+            f"the trace needs {n:,} block references even with one block per prompt; "
+            f"raise --max-block-refs above {max_refs:,}"
+        )
+    first = ref_count(n_in, reused, asked, use_hashes)
+    return bs, (
+        f"re-blocked from {asked} to {bs} tokens: {first:,} block references exceed the "
+        f"budget of {max_refs:,} (--max-block-refs); {n:,} at {bs}"
     )
 
 

@@ -13,7 +13,8 @@ import polars as pl
 
 from agentx.catalog.types import ServingConfig
 from agentx.errors import UsageError
-from agentx.kv.blocks import build_blocks
+from agentx.kv import summarize
+from agentx.kv.blocks import MAX_REFS, build_blocks
 from agentx.kv.policies import NOWHERE, outcome, prepare
 from agentx.kv.tiers import LINKS, TierCapacities, capacities_for, per_call_frame
 from agentx.traces.io import Trace
@@ -36,25 +37,32 @@ def curve(
     block_size_tokens: int | None = None,
     policy: str = "lru",
     write_policy: str = "write-through",
-) -> pl.DataFrame:
+    max_refs: int = MAX_REFS,
+) -> tuple[pl.DataFrame, dict]:
     """Rows (tier, capacity_bytes, hit_ratio, tier_hit_ratio, hit_blocks, hit_tokens,
-    recompute_tokens, bytes per link, transfer time and energy) for each tier and capacity."""
+    recompute_tokens, bytes per link, transfer time and energy) for each tier and capacity,
+    and the summary at the configured capacities (``replay_tiers``' summary, plus the grid)."""
     if policy == "belady":
         raise UsageError(
             "policy 'belady' needs one MIN run per capacity; use --policy lru or seed7"
         )
     caps = capacities or capacities_for(cfg)
     bpt = cfg.kv_bytes_per_token
-    stream = build_blocks(trace, block_size_tokens)
+    stream = build_blocks(trace, block_size_tokens, max_refs=max_refs)
     st = prepare(policy, stream)
+    d = (st[0] if policy == "seed7" else st).dist_tokens
+    max_dist_bytes = float(d.max(initial=0)) * bpt
     if capacities_bytes is None:
-        finite = st.dist_tokens[st.dist_tokens >= 0]
-        grid = default_grid(float(finite.max()) * bpt if finite.size else 0.0)
+        grid = default_grid(max_dist_bytes)
     else:
         grid = np.asarray(capacities_bytes, np.float64)
         if grid.ndim != 1 or (grid < 0).any() or not np.isfinite(grid).all():
             raise UsageError("capacities must be a list of non-negative byte counts")
     base = np.array([caps.hbm_bytes, caps.dram_bytes, caps.ssd_bytes])
+    out = outcome(policy, stream, base / bpt, stack=st)
+    pc = per_call_frame(out, stream, trace.calls.height, bpt, cfg, write_policy)
+    summary = summarize(out, pc, stream, caps, policy, write_policy, cfg)
+    summary["curve"] = {"points": len(grid), "max_reuse_distance_bytes": max_dist_bytes}
     reused = float(stream.reused_tokens.sum())
     rows = []
     for ti, tier in enumerate(TIERS):
@@ -82,4 +90,4 @@ def curve(
                     "transfer_energy_j": float(pc["kv_transfer_energy_j"].sum()),
                 }
             )
-    return pl.DataFrame(rows)
+    return pl.DataFrame(rows), summary
