@@ -253,3 +253,16 @@ def test_weka_hbm_curve_flattens_past_enough_capacity(weka_parquet):
     assert gain.max() > 0.15 and gain[-1] < 0.01
     # reloads over the host link shrink as HBM grows
     assert hbm["dram_to_hbm_bytes"].is_sorted(descending=True)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(), st.sampled_from(["lru", "seed7"]))
+def test_curve_summary_is_replay_tiers_summary_at_the_configured_capacities(case, policy):
+    """kv-curve's summary.json (its run directory) reports the configured point as replay does."""
+    from agentx.kv.curve import curve
+
+    tr, bs, caps = case
+    cap = TierCapacities(*(c * BPT for c in caps))
+    df, summary = curve(tr, CFG, [0.0, 1e9], capacities=cap, block_size_tokens=bs, policy=policy)
+    assert df.height == 6 and summary.pop("curve")["points"] == 2
+    assert summary == replay_tiers(tr, CFG, cap, policy, block_size_tokens=bs).summary

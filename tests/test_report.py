@@ -164,12 +164,12 @@ def test_views_and_report_over_real_producer_runs(tmp_path):
         ["replay", t, "--hw", "b200", "--gpus", "16", "-o", r / "replay-b200", "-q"],
         ["sweep", "--hw", "b200,gb200", "--gpus", "16", "-o", r / "sweep", "-q"],
         ["simulate", t, "--hw", "gb200", "--gpus", "16", "-o", r / "sim", "-q"],
-        ["kv-curve", t, "--hw", "gb200", "--gpus", "16", "-o", tmp_path / "curve.parquet"],
+        ["kv-curve", t, "--hw", "gb200", "--gpus", "16", "-o", r / "kv", "-q"],
     ]
     for args in steps:
         res = CliRunner().invoke(cli, [str(a) for a in args])
         assert res.exit_code == 0, (args[0], res.output)
-    with open_db([t, tmp_path / "curve.parquet"], [r]) as db:
+    with open_db([t], [r]) as db:
         assert {
             "calls",
             "sessions",
@@ -181,8 +181,9 @@ def test_views_and_report_over_real_producer_runs(tmp_path):
             "sim_timeseries",
             "kv_curve",
         } <= set(db.views)
-        curve = pl.read_parquet(tmp_path / "curve.parquet")
+        curve = pl.read_parquet(r / "kv" / "kv_curve.parquet")
         assert db.query("SELECT * EXCLUDE (run) FROM kv_curve").equals(curve)
+        assert db.query("SELECT kind FROM runs WHERE run = 'kv'")["kind"].to_list() == ["kv-curve"]
         e = db.query(get_query("energy_per_stage").sql)
         stages = pl.read_parquet(r / "replay-b200" / "stages.parquet")
         got = e.filter(pl.col("run") == "replay-b200").sort("stage")["energy_j"].to_list()
@@ -199,9 +200,11 @@ def test_views_and_report_over_real_producer_runs(tmp_path):
             "system"
         ].to_list() == ["b200", "gb200"]
         assert db.query(get_query("best_throughput").sql).height > 0
-        # replays run the KV tier model by default: four links per replay run
+        # replays run the KV tier model by default: four links per replay run; a kv-curve run
+        # reports its configured capacities' point the same way
         links = db.query(get_query("bytes_per_tier_link").sql)
         assert links.group_by("run").len().sort("run").rows() == [
+            ("kv", 4),
             ("replay-b200", 4),
             ("replay-gb200", 4),
         ]
@@ -210,7 +213,7 @@ def test_views_and_report_over_real_producer_runs(tmp_path):
             "bytes"
         ].item()
         assert got == tiers["bytes"]["hbm_to_dram"]
-    page, charts = build_report([r, t, tmp_path / "curve.parquet"])
+    page, charts = build_report([r, t])
     assert {
         "kv-hit-ratio-against-capacity",
         "context-growth-s",
