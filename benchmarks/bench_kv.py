@@ -1,8 +1,8 @@
 """KV tier speed: the stack kernel's block references per second, and the whole Weka set.
 
 Run: ``python benchmarks/bench_kv.py [WEKA_DIR_OR_TRACE.parquet]`` (default: the shared Weka
-set, imported first). Figures only, no assertions. Each timed step runs once after a warm-up
-of the compiled kernels. For comparison, issue 4 cites kvcache-simulator 0.1.3 (C++ core) at
+set, imported first), then 1 M synthetic calls re-blocked to the reference budget. Figures
+only, no assertions. Each timed step runs once after a warm-up of the compiled kernels. For comparison, issue 4 cites kvcache-simulator 0.1.3 (C++ core) at
 ~11 s for a 10,000-request agentic trace at five cache budgets.
 """
 
@@ -91,7 +91,23 @@ def main() -> None:
     timed("replay_tiers at 256-token serving blocks", replay_tiers, tr, cfg, block_size_tokens=256)
     timed("replay_tiers, belady (3 MIN runs), 256-token blocks", replay_tiers, tr, cfg, policy="belady", block_size_tokens=256)  # fmt: skip
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
-    print(f"{'peak resident memory':<58} {peak_gb:8.2f} GB")
+    print(f"{'peak resident memory (Weka steps)':<58} {peak_gb:8.2f} GB")
+    big_synthetic(cfg)
+
+
+def big_synthetic(cfg) -> None:
+    """1 M synthetic calls without hashes: billions of 64-token references, re-blocked to fit
+    MAX_REFS (issue 4/6 follow-up: this used to die allocating ~25 GiB)."""
+    from agentx.traces.synth import synthesize
+
+    tr, _ = timed("synthesize 1 M calls (no block hashes)", synthesize, n_calls=1_000_000)
+    res, dt = timed("replay_tiers, lru, 1 M synthetic calls (auto re-block)", replay_tiers, tr, cfg)
+    s = res.summary
+    print(f"  block size {s['block_size_tokens']} tokens, references {s['block_references']:,}")
+    print(f"  {s['block_size_note']}")
+    print(f"{'  -> block references per second (whole replay_tiers)':<58} {s['block_references'] / dt / 1e6:8.2f} M/s")  # fmt: skip
+    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    print(f"{'peak resident memory (all steps)':<58} {peak_gb:8.2f} GB")
 
 
 if __name__ == "__main__":

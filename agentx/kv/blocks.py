@@ -34,9 +34,9 @@ from agentx.kv.hashes import hash_ids
 from agentx.traces.io import Trace
 
 ORDER = ("t_start_s", "session_id", "call_index")
-# Block references materialized at most (int64 ids plus per-reference work arrays: about
-# 40 bytes each at peak, so ~12 GB here, half a 24 GB machine). A trace with more references
-# at the requested block size is re-blocked to the smallest power-of-two multiple that fits.
+# Block references materialized at most. Measured peaks per reference: ~16 bytes with lru,
+# ~48 with seed7 (3.3 and 10.2 GB for 212 M), so ~5 and ~14 GB here on a 24 GB machine. A
+# trace with more references is re-blocked to the smallest power-of-two multiple that fits.
 MAX_REFS = 300_000_000
 
 
