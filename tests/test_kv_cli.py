@@ -124,6 +124,13 @@ def test_bad_capacities_and_output_onto_input(trace_path):
     assert r.exit_code == 2 and r.output.startswith(
         f"Error: output path '{trace_path}' is the input"
     )
+    r = run(trace_path, "-o", trace_path.with_suffix(".pq"))
+    assert r.exit_code == 0, r.output  # a new name without .parquet is a run directory
+    r = run(trace_path, "-o", trace_path.with_suffix(".pq") / "run.json")
+    assert r.exit_code == 2 and r.output.strip() == (
+        f"Error: -o {trace_path.with_suffix('.pq') / 'run.json'} is a file; give a run "
+        "directory, or a name ending in .parquet for the curve alone"
+    )
     r = run(trace_path, "--block-size-tokens", "0")
     assert (
         r.exit_code == 2

@@ -90,6 +90,11 @@ def command(trace, hw, model_name, gpus, kv_precision, block_size_tokens, policy
 
     if output is not None:
         ensure_distinct(output, [trace])
+        if output.suffix != ".parquet" and output.exists() and not output.is_dir():
+            raise UsageError(
+                f"-o {output} is a file; give a run directory, or a name ending in .parquet "
+                "for the curve alone"
+            )
     grid = _grid(capacities_gb)
     cat = load_catalog(catalog_files)
     cfg = make_config(cat, hw, model_name, gpus=gpus, kv_precision=kv_precision)
