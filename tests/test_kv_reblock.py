@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from agentx.catalog import load_catalog
-from agentx.errors import UsageError
+from agentx.errors import CapacityError, UsageError
 from agentx.kv import TierCapacities, replay_tiers
 from agentx.kv.blocks import build_blocks, ref_count
 from agentx.replay.config import make_config
@@ -100,3 +100,25 @@ def test_budget_below_two_refs_per_call_is_a_usage_error():
     )
     with pytest.raises(UsageError, match="^--max-block-refs must be positive, got 0$"):
         build_blocks(tr, max_refs=0)
+
+
+def test_running_out_of_memory_is_one_line_not_a_traceback(monkeypatch):
+    import agentx.kv
+    import agentx.kv.curve
+
+    def oom(*args, **kw):
+        raise MemoryError
+
+    tr = synthesize(2, seed=1)
+    want = (
+        "out of memory replaying up to 1,000 KV block references; "
+        "lower --max-block-refs (or raise --block-size-tokens)"
+    )
+    monkeypatch.setattr(agentx.kv, "outcome", oom)
+    monkeypatch.setattr(agentx.kv.curve, "prepare", oom)
+    with pytest.raises(CapacityError) as e:
+        replay_tiers(tr, CFG, max_refs=1000 + counts(tr, 1 << 30))
+    assert str(e.value).startswith("out of memory replaying up to ")
+    with pytest.raises(CapacityError) as e:
+        agentx.kv.curve.curve(tr, CFG, [0.0], max_refs=1000)
+    assert str(e.value) == want and e.value.exit_code == 1

@@ -14,12 +14,14 @@ See docs/kv-tiers.md for the block model, the algorithm and every assumption.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
 from agentx.catalog.types import ServingConfig
+from agentx.errors import CapacityError
 from agentx.kv.blocks import MAX_REFS, BlockStream, build_blocks
 from agentx.kv.policies import DRAM, HBM, NOWHERE, POLICIES, SSD, Outcome, outcome
 from agentx.kv.tiers import (
@@ -60,10 +62,25 @@ def replay_tiers(
     power-of-two multiple of the block size that fits (``summary["block_size_note"]``)."""
     caps = capacities or capacities_for(cfg)
     bpt = cfg.kv_bytes_per_token
-    stream = build_blocks(trace, block_size_tokens, share_prefix=share_prefix, max_refs=max_refs)
-    out = outcome(policy, stream, caps.tokens(bpt))
-    per_call = per_call_frame(out, stream, trace.calls.height, bpt, cfg, write_policy)
+    with memory_guard(max_refs):
+        stream = build_blocks(
+            trace, block_size_tokens, share_prefix=share_prefix, max_refs=max_refs
+        )
+        out = outcome(policy, stream, caps.tokens(bpt))
+        per_call = per_call_frame(out, stream, trace.calls.height, bpt, cfg, write_policy)
     return KvResult(per_call, summarize(out, per_call, stream, caps, policy, write_policy, cfg))
+
+
+@contextmanager
+def memory_guard(max_refs: int):
+    """A budget too large for this machine's memory: one line with the way out, not a trace."""
+    try:
+        yield
+    except MemoryError:
+        raise CapacityError(
+            f"out of memory replaying up to {max_refs:,} KV block references; "
+            "lower --max-block-refs (or raise --block-size-tokens)"
+        ) from None
 
 
 def summarize(

@@ -13,7 +13,7 @@ import polars as pl
 
 from agentx.catalog.types import ServingConfig
 from agentx.errors import UsageError
-from agentx.kv import summarize
+from agentx.kv import memory_guard, summarize
 from agentx.kv.blocks import MAX_REFS, build_blocks
 from agentx.kv.policies import NOWHERE, outcome, prepare
 from agentx.kv.tiers import LINKS, TierCapacities, capacities_for, per_call_frame
@@ -47,6 +47,11 @@ def curve(
             "policy 'belady' needs one MIN run per capacity; use --policy lru or seed7"
         )
     caps = capacities or capacities_for(cfg)
+    with memory_guard(max_refs):
+        return _curve(trace, cfg, capacities_bytes, caps, block_size_tokens, policy, write_policy, max_refs)  # fmt: skip
+
+
+def _curve(trace, cfg, capacities_bytes, caps, block_size_tokens, policy, write_policy, max_refs):
     bpt = cfg.kv_bytes_per_token
     stream = build_blocks(trace, block_size_tokens, max_refs=max_refs)
     st = prepare(policy, stream)
