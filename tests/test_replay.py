@@ -209,11 +209,22 @@ def test_cli_writes_run_and_is_byte_identical(trace_path, tmp_path):
     }
     manifest = json.loads((outs[0] / "run.json").read_text())
     assert manifest["kind"] == "replay" and manifest["config"]["hw"] == "gb200"
-    import agentx.kv
-
-    if hasattr(agentx.kv, "replay_tiers"):  # the KV tiers ran by default and fed the fills
-        assert manifest["config"]["kv_tiers"] and "kv_tiers" in summary
-    assert pl.read_parquet(outs[0] / "calls.parquet").columns[0] == "session_id"
+    # the KV tiers ran by default: per-call outcomes in calls.parquet add up to the summary
+    assert manifest["config"]["kv_tiers"] and "kv_tiers" in summary
+    calls = pl.read_parquet(outs[0] / "calls.parquet")
+    assert calls.columns[0] == "session_id"
+    tiers = summary["kv_tiers"]
+    for tier in ("hbm", "dram", "ssd"):
+        assert calls[f"kv_{tier}_hit_tokens"].sum() == tiers["hits"][tier]["tokens"]
+    assert calls["kv_recompute_tokens"].sum() == tiers["recompute"]["tokens"]
+    hit_or_recompute = calls.select(
+        pl.sum_horizontal(
+            "kv_hbm_hit_tokens", "kv_dram_hit_tokens", "kv_ssd_hit_tokens", "kv_recompute_tokens"
+        )
+    ).to_series()
+    assert hit_or_recompute.equals(calls["reused_prefix_tokens"], check_names=False)
+    for link in ("ssd_to_dram", "dram_to_hbm", "hbm_to_dram", "dram_to_ssd"):
+        assert calls[f"kv_{link}_bytes"].sum() == pytest.approx(tiers["bytes"][link], rel=1e-9)
 
 
 def test_cli_json(trace_path):

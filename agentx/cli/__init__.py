@@ -39,11 +39,11 @@ class AgentxClickError(click.ClickException):
 
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [name for name, module in COMMANDS if _available(module)]
+        return [name for name, _ in COMMANDS]
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         for name, module in COMMANDS:
-            if name == cmd_name and _available(module):
+            if name == cmd_name:
                 return importlib.import_module(module).command
         return None
 
@@ -62,10 +62,6 @@ class LazyGroup(click.Group):
             raise AgentxClickError(str(err), err.exit_code) from None
 
 
-def _available(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
-
-
 @click.group(
     cls=LazyGroup,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
@@ -81,6 +77,3 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     cli.main(args=argv, prog_name="agentx")
-
-
-import importlib.util  # noqa: E402  (kept beside its only use above for clarity)

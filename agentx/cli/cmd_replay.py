@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from pathlib import Path
 
 import click
@@ -76,7 +75,7 @@ GB = 1e9
     "--kv-tiers/--no-kv-tiers",
     default=True,
     show_default=True,
-    help="Model HBM/DRAM/SSD KV tiers (agentx.kv) when available.",
+    help="Place KV blocks in HBM/DRAM/SSD (agentx.kv): reloads and recomputes enter the fills.",
 )
 @catalog_option
 @click.option(
@@ -138,7 +137,7 @@ def command(
     )
     tr = read_trace(trace)
     kv = None
-    if kv_tiers and importlib.util.find_spec("agentx.kv") and _has_replay_tiers():
+    if kv_tiers:
         from agentx.kv import replay_tiers
 
         kv = replay_tiers(tr, cfg)
@@ -169,12 +168,6 @@ def command(
         _print(result)
     if run_dir is not None and not quiet:
         click.echo(f"wrote {run_dir}", err=True)
-
-
-def _has_replay_tiers() -> bool:
-    import agentx.kv
-
-    return hasattr(agentx.kv, "replay_tiers")
 
 
 def _print(result) -> None:

@@ -158,9 +158,11 @@ def replay_trace(trace, cfg: ServingConfig, kv=None) -> ReplayResult:
     kv_calls = _kv_frame(kv, df.height)
     cols, sums = price_calls(cfg, df, kv_calls)
     frame = pl.DataFrame(dict(zip(CALL_COLUMNS, cols, strict=True)))
-    calls = pl.concat(
-        [df.select([c for c in TRACE_COLUMNS if c in df.columns]), frame], how="horizontal"
-    )
+    parts = [df.select([c for c in TRACE_COLUMNS if c in df.columns]), frame]
+    if isinstance(kv_calls, pl.DataFrame):
+        # the tier outcome of each call travels with its costs (docs/metrics.md, kv_* columns)
+        parts.append(kv_calls.select([c for c in kv_calls.columns if c.startswith("kv_")]))
+    calls = pl.concat(parts, how="horizontal")
     totals = {st: {k: float(sums[i, j]) for j, k in enumerate(KEYS)} for i, st in enumerate(STAGES)}
     t_all = sum(v["time_s"] for v in totals.values())
     e_all = sum(v["energy_j"] for v in totals.values())
