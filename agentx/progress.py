@@ -10,7 +10,9 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def progress(items: Iterable[T], *, total: int | None = None, label: str = "", enabled: bool | None = None) -> Iterator[T]:
+def progress(
+    items: Iterable[T], *, total: int | None = None, label: str = "", enabled: bool | None = None
+) -> Iterator[T]:
     """Yield ``items`` and draw a one-line bar on stderr at most 10 times a second."""
     if enabled is None:
         enabled = sys.stderr.isatty()

@@ -42,10 +42,15 @@ def write_run(
         ensure_distinct(run_dir / "x", [p])
     run_dir.mkdir(parents=True, exist_ok=True)
     for name, df in tables.items():
-        write_parquet_atomic(df, run_dir / f"{name}.parquet", {"agentx.run_kind": kind, "agentx.table": name})
+        write_parquet_atomic(
+            df, run_dir / f"{name}.parquet", {"agentx.run_kind": kind, "agentx.table": name}
+        )
     if summary is not None:
         write_json_atomic(run_dir / SUMMARY_FILE, summary)
-    ins = {k: {"path": str(p), "sha256": file_fingerprint(p) if p.is_file() else None} for k, p in sorted(inputs.items())}
+    ins = {
+        k: {"path": str(p), "sha256": file_fingerprint(p) if p.is_file() else None}
+        for k, p in sorted(inputs.items())
+    }
     manifest = {
         "kind": kind,
         "agentx_version": __version__,
@@ -54,7 +59,9 @@ def write_run(
         "config": config or {},
         "tables": sorted(tables),
     }
-    manifest["run_id"] = hashlib.sha256(json.dumps(manifest, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    manifest["run_id"] = hashlib.sha256(
+        json.dumps(manifest, sort_keys=True, default=str).encode()
+    ).hexdigest()[:16]
     write_json_atomic(run_dir / RUN_FILE, manifest)
     return run_dir
 
@@ -78,7 +85,10 @@ class Run:
     def table(self, name: str) -> pl.DataFrame:
         p = self.table_path(name)
         if not p.exists():
-            raise InputError(self.path, f"run has no table '{name}' (has: {', '.join(self.manifest.get('tables', []))})")
+            raise InputError(
+                self.path,
+                f"run has no table '{name}' (has: {', '.join(self.manifest.get('tables', []))})",
+            )
         return pl.read_parquet(p)
 
     def summary(self) -> dict:
@@ -94,7 +104,9 @@ def read_run(run_dir: os.PathLike | str) -> Run:
     try:
         manifest = json.loads(f.read_text())
     except json.JSONDecodeError as exc:
-        raise InputError(f, f"expected JSON, got a parse error at line {exc.lineno} column {exc.colno}") from None
+        raise InputError(
+            f, f"expected JSON, got a parse error at line {exc.lineno} column {exc.colno}"
+        ) from None
     return Run(p, manifest)
 
 

@@ -16,7 +16,9 @@ def shared_path(*parts: str) -> Path:
     """Path under ../shared/traces, or skip the test saying what is missing."""
     p = SHARED_TRACES.joinpath(*parts)
     if not p.exists():
-        pytest.skip(f"real trace {p} is absent (set AGENTX_SHARED_TRACES or place ../shared/traces)")
+        pytest.skip(
+            f"real trace {p} is absent (set AGENTX_SHARED_TRACES or place ../shared/traces)"
+        )
     return p
 
 

@@ -47,12 +47,30 @@ def test_valid_frame_passes_and_roundtrips(tmp_path):
 @pytest.mark.parametrize(
     ("over", "expected"),
     [
-        ({"output_tokens": [10, -1, 5]}, "t.parquet: row 1: session 'a' call 1: field 'output_tokens': expected a non-negative token count, got -1"),
-        ({"reused_prefix_tokens": [0, 200, 0], "new_tokens": [100, -20, 50]}, "t.parquet: row 1: session 'a' call 1: field 'new_tokens': expected a non-negative token count, got -20"),
-        ({"new_tokens": [100, 81, 50]}, "t.parquet: row 1: session 'a' call 1: field 'new_tokens': expected new_tokens = input_tokens − reused_prefix_tokens, got 81"),
-        ({"call_index": [0, 2, 0]}, "t.parquet: row 1: session 'a' call 2: field 'call_index': expected call_index 0, 1, 2, … contiguous within the session, rows grouped by session in call order, got 2"),
-        ({"t_start_s": [5.0, 1.0, 1.0]}, "t.parquet: row 1: session 'a' call 1: field 't_start_s': expected times sorted within the session, got 1.0"),
-        ({"block_hashes": [[1, 2], [1, 2], [9]]}, "t.parquet: row 1: session 'a' call 1: field 'block_hashes': expected ceil(input_tokens / block_size_tokens) hashes, got 2 hashes for 180 tokens of block size 64"),
+        (
+            {"output_tokens": [10, -1, 5]},
+            "t.parquet: row 1: session 'a' call 1: field 'output_tokens': expected a non-negative token count, got -1",
+        ),
+        (
+            {"reused_prefix_tokens": [0, 200, 0], "new_tokens": [100, -20, 50]},
+            "t.parquet: row 1: session 'a' call 1: field 'new_tokens': expected a non-negative token count, got -20",
+        ),
+        (
+            {"new_tokens": [100, 81, 50]},
+            "t.parquet: row 1: session 'a' call 1: field 'new_tokens': expected new_tokens = input_tokens − reused_prefix_tokens, got 81",
+        ),
+        (
+            {"call_index": [0, 2, 0]},
+            "t.parquet: row 1: session 'a' call 2: field 'call_index': expected call_index 0, 1, 2, … contiguous within the session, rows grouped by session in call order, got 2",
+        ),
+        (
+            {"t_start_s": [5.0, 1.0, 1.0]},
+            "t.parquet: row 1: session 'a' call 1: field 't_start_s': expected times sorted within the session, got 1.0",
+        ),
+        (
+            {"block_hashes": [[1, 2], [1, 2], [9]]},
+            "t.parquet: row 1: session 'a' call 1: field 'block_hashes': expected ceil(input_tokens / block_size_tokens) hashes, got 2 hashes for 180 tokens of block size 64",
+        ),
     ],
 )
 def test_broken_invariants_name_row_and_field(over, expected):

@@ -145,9 +145,17 @@ class ModelSpec:
     def attention_params_per_layer(self) -> float:
         h, nh = self.hidden_size, self.num_attention_heads
         if self.attention == "mla":
-            q = (h * self.q_lora_rank + self.q_lora_rank * nh * self.qk_head_dim) if self.q_lora_rank else h * nh * self.qk_head_dim
+            q = (
+                (h * self.q_lora_rank + self.q_lora_rank * nh * self.qk_head_dim)
+                if self.q_lora_rank
+                else h * nh * self.qk_head_dim
+            )
             kv_a = h * (self.kv_lora_rank + self.qk_rope_head_dim)
-            kv_b = self.kv_lora_rank * nh * (self.qk_head_dim - self.qk_rope_head_dim + self.v_head_dim)
+            kv_b = (
+                self.kv_lora_rank
+                * nh
+                * (self.qk_head_dim - self.qk_rope_head_dim + self.v_head_dim)
+            )
             o = nh * self.v_head_dim * h
             return float(q + kv_a + kv_b + o)
         q = h * nh * self.qk_head_dim
@@ -192,14 +200,24 @@ class ModelSpec:
     @property
     def computed_total_params(self) -> float:
         return (
-            self.attention_params + self.dense_ffn_params + self.routed_expert_params
-            + self.shared_expert_params + self.router_params + self.embedding_params + self.head_params
+            self.attention_params
+            + self.dense_ffn_params
+            + self.routed_expert_params
+            + self.shared_expert_params
+            + self.router_params
+            + self.embedding_params
+            + self.head_params
         )
 
     @property
     def dense_params(self) -> float:
         """Weights every token touches except routed experts and the embedding lookup."""
-        return self.attention_params + self.dense_ffn_params + self.shared_expert_params + self.router_params
+        return (
+            self.attention_params
+            + self.dense_ffn_params
+            + self.shared_expert_params
+            + self.router_params
+        )
 
     @property
     def active_routed_params(self) -> float:
@@ -295,7 +313,21 @@ class ServingConfig:
         return self.ep > self.system.scale_up_domain_gpus
 
     def __hash__(self) -> int:  # dict field breaks the generated hash
-        return hash((self.system.name, self.model.name, self.gpus, self.tp, self.pp, self.ep, self.dp_attention, self.weight_precision, self.kv_precision, self.decode_batch, self.prefill_chunk_tokens))
+        return hash(
+            (
+                self.system.name,
+                self.model.name,
+                self.gpus,
+                self.tp,
+                self.pp,
+                self.ep,
+                self.dp_attention,
+                self.weight_precision,
+                self.kv_precision,
+                self.decode_batch,
+                self.prefill_chunk_tokens,
+            )
+        )
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -303,6 +335,14 @@ def ceil_div(a: int, b: int) -> int:
 
 
 __all__ = [
-    "BYTES_PER_ELEMENT", "PRECISIONS", "ChipSpec", "Efficiencies", "ModelSpec", "ServingConfig",
-    "StageEfficiency", "SystemSpec", "ceil_div", "math",
+    "BYTES_PER_ELEMENT",
+    "PRECISIONS",
+    "ChipSpec",
+    "Efficiencies",
+    "ModelSpec",
+    "ServingConfig",
+    "StageEfficiency",
+    "SystemSpec",
+    "ceil_div",
+    "math",
 ]

@@ -39,8 +39,12 @@ def format_table(df: pl.DataFrame, *, float_digits: int = 4) -> str:
         rows.append([_cell(v, float_digits) for v in rec])
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
     numeric = [df.schema[c].is_numeric() for c in cols]
+
     def line(vals: Sequence[str]) -> str:
-        return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(vals, widths, numeric, strict=True)).rstrip()
+        return "  ".join(
+            v.rjust(w) if n else v.ljust(w) for v, w, n in zip(vals, widths, numeric, strict=True)
+        ).rstrip()
+
     out = [line(cols), line(["-" * w for w in widths])]
     out += [line(r) for r in rows]
     return "\n".join(out)

@@ -29,7 +29,9 @@ class Trace:
         return self.meta.get(S.META_HASH_SCOPE, "none")
 
 
-def trace_metadata(source: str, *, block_size_tokens: int | None, hash_scope: str, options: dict | None = None) -> dict[str, str]:
+def trace_metadata(
+    source: str, *, block_size_tokens: int | None, hash_scope: str, options: dict | None = None
+) -> dict[str, str]:
     return {
         S.META_SCHEMA_VERSION: S.SCHEMA_VERSION,
         S.META_SOURCE: source,
@@ -50,9 +52,14 @@ def read_trace(path: os.PathLike | str, *, validate: bool = True) -> Trace:
     df, meta = read_parquet_checked(path)
     version = meta.get(S.META_SCHEMA_VERSION)
     if version is None:
-        raise InputError(path, f"not an agentx trace (no '{S.META_SCHEMA_VERSION}' metadata); convert it with 'agentx import'")
+        raise InputError(
+            path,
+            f"not an agentx trace (no '{S.META_SCHEMA_VERSION}' metadata); convert it with 'agentx import'",
+        )
     if version != S.SCHEMA_VERSION:
-        raise InputError(path, f"trace schema version {version}, this agentx reads version {S.SCHEMA_VERSION}")
+        raise InputError(
+            path, f"trace schema version {version}, this agentx reads version {S.SCHEMA_VERSION}"
+        )
     if validate:
         S.validate(df, path)
     return Trace(df, meta)

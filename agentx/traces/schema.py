@@ -26,27 +26,117 @@ class Column:
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("session_id", pl.String(), False, "-", "Session (one agent conversation); sub-agent calls keep their parent's session."),
-    Column("call_index", pl.Int64(), False, "-", "Order of the call inside its session: 0, 1, 2, … contiguous, by arrival."),
-    Column("agent_id", pl.String(), True, "-", "Sub-agent id inside the session; null for the main agent."),
-    Column("t_start_s", pl.Float64(), False, "s", "Arrival time from the trace start, on one clock shared by all sessions."),
-    Column("input_tokens", pl.Int64(), False, "tokens", "Whole prompt of the call, cached and uncached."),
-    Column("reused_prefix_tokens", pl.Int64(), False, "tokens", "Leading prompt tokens identical to a prefix of an earlier call (block hashes or the source's cache-read field); ≤ input_tokens."),
-    Column("new_tokens", pl.Int64(), False, "tokens", "input_tokens − reused_prefix_tokens: what must be filled (prefill or midfill)."),
+    Column(
+        "session_id",
+        pl.String(),
+        False,
+        "-",
+        "Session (one agent conversation); sub-agent calls keep their parent's session.",
+    ),
+    Column(
+        "call_index",
+        pl.Int64(),
+        False,
+        "-",
+        "Order of the call inside its session: 0, 1, 2, … contiguous, by arrival.",
+    ),
+    Column(
+        "agent_id",
+        pl.String(),
+        True,
+        "-",
+        "Sub-agent id inside the session; null for the main agent.",
+    ),
+    Column(
+        "t_start_s",
+        pl.Float64(),
+        False,
+        "s",
+        "Arrival time from the trace start, on one clock shared by all sessions.",
+    ),
+    Column(
+        "input_tokens",
+        pl.Int64(),
+        False,
+        "tokens",
+        "Whole prompt of the call, cached and uncached.",
+    ),
+    Column(
+        "reused_prefix_tokens",
+        pl.Int64(),
+        False,
+        "tokens",
+        "Leading prompt tokens identical to a prefix of an earlier call (block hashes or the source's cache-read field); ≤ input_tokens.",
+    ),
+    Column(
+        "new_tokens",
+        pl.Int64(),
+        False,
+        "tokens",
+        "input_tokens − reused_prefix_tokens: what must be filled (prefill or midfill).",
+    ),
     Column("output_tokens", pl.Int64(), False, "tokens", "Generated tokens (decode steps)."),
-    Column("is_compaction", pl.Boolean(), False, "-", "True when this call starts a compacted context: the prompt shrank sharply and only the fixed tool/system prefix is shared with the previous call of the same agent (SEED-6)."),
-    Column("shared_prefix_tokens", pl.Int64(), False, "tokens", "Leading tokens common to all sessions of the same client (tool definitions + system prompt); 0 when unknown. Lets KV models store that prefix once across sessions (SEED-7)."),
-    Column("block_size_tokens", pl.Int64(), True, "tokens", "Tokens per block of block_hashes; null when the source has no hashes."),
-    Column("block_hashes", pl.List(pl.UInt64()), True, "-", "One id per block of the prompt, ceil(input_tokens / block_size_tokens) of them; equal ids at equal positions mean equal prefixes. Scope (session or global) is in the file metadata 'hash_scope'."),
-    Column("trigger", pl.String(), False, "-", "What prompted the call: user, tool_result, subagent, compaction, request (non-agentic sources) or unknown."),
-    Column("think_time_s", pl.Float64(), True, "s", "Client-side gap before the call (tool run time or human time); null when unknown."),
+    Column(
+        "is_compaction",
+        pl.Boolean(),
+        False,
+        "-",
+        "True when this call starts a compacted context: the prompt shrank sharply and only the fixed tool/system prefix is shared with the previous call of the same agent (SEED-6).",
+    ),
+    Column(
+        "shared_prefix_tokens",
+        pl.Int64(),
+        False,
+        "tokens",
+        "Leading tokens common to all sessions of the same client (tool definitions + system prompt); 0 when unknown. Lets KV models store that prefix once across sessions (SEED-7).",
+    ),
+    Column(
+        "block_size_tokens",
+        pl.Int64(),
+        True,
+        "tokens",
+        "Tokens per block of block_hashes; null when the source has no hashes.",
+    ),
+    Column(
+        "block_hashes",
+        pl.List(pl.UInt64()),
+        True,
+        "-",
+        "One id per block of the prompt, ceil(input_tokens / block_size_tokens) of them; equal ids at equal positions mean equal prefixes. Scope (session or global) is in the file metadata 'hash_scope'.",
+    ),
+    Column(
+        "trigger",
+        pl.String(),
+        False,
+        "-",
+        "What prompted the call: user, tool_result, subagent, compaction, request (non-agentic sources) or unknown.",
+    ),
+    Column(
+        "think_time_s",
+        pl.Float64(),
+        True,
+        "s",
+        "Client-side gap before the call (tool run time or human time); null when unknown.",
+    ),
     Column("model", pl.String(), True, "-", "Model name recorded by the source."),
-    Column("source", pl.String(), False, "-", "Importer that produced the row: weka, mooncake, azure, tracelab or synth."),
+    Column(
+        "source",
+        pl.String(),
+        False,
+        "-",
+        "Importer that produced the row: weka, mooncake, azure, tracelab or synth.",
+    ),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
 SCHEMA: dict[str, pl.DataType] = {c.name: c.dtype for c in COLUMNS}
-COUNT_COLUMNS = ("input_tokens", "reused_prefix_tokens", "new_tokens", "output_tokens", "shared_prefix_tokens")
+COUNT_COLUMNS = (
+    "input_tokens",
+    "reused_prefix_tokens",
+    "new_tokens",
+    "output_tokens",
+    "shared_prefix_tokens",
+)
 
 # Keys of the Parquet key-value metadata every trace carries.
 META_SCHEMA_VERSION = "agentx.schema_version"
@@ -77,7 +167,11 @@ def validate(df: pl.DataFrame, path: object = "<trace>") -> None:
     """Raise ``InputError`` naming file, row, session/call and column at the first broken invariant."""
     for col in COLUMNS:
         if col.name not in df.columns:
-            raise InputError(path, f"missing column (schema v{SCHEMA_VERSION} needs {', '.join(COLUMN_NAMES)})", field=col.name)
+            raise InputError(
+                path,
+                f"missing column (schema v{SCHEMA_VERSION} needs {', '.join(COLUMN_NAMES)})",
+                field=col.name,
+            )
         got = df.schema[col.name]
         if got != col.dtype and not (isinstance(got, pl.Null)):
             raise InputError(path, f"expected type {col.dtype}, got {got}", field=col.name)
@@ -92,21 +186,56 @@ def validate(df: pl.DataFrame, path: object = "<trace>") -> None:
     checks: list[tuple[str, pl.Expr, str]] = [
         *[(c, pl.col(c) < 0, "expected a non-negative token count") for c in COUNT_COLUMNS],
         ("t_start_s", ~pl.col("t_start_s").is_finite(), "expected a finite time in seconds"),
-        ("think_time_s", pl.col("think_time_s").is_not_null() & ((pl.col("think_time_s") < 0) | ~pl.col("think_time_s").is_finite()), "expected a non-negative finite time in seconds"),
-        ("reused_prefix_tokens", pl.col("reused_prefix_tokens") > pl.col("input_tokens"), "expected reused_prefix_tokens ≤ input_tokens"),
-        ("new_tokens", pl.col("new_tokens") != pl.col("input_tokens") - pl.col("reused_prefix_tokens"), "expected new_tokens = input_tokens − reused_prefix_tokens"),
-        ("block_size_tokens", pl.col("block_size_tokens").is_not_null() & (pl.col("block_size_tokens") <= 0), "expected a positive block size"),
-        ("block_size_tokens", pl.col("block_hashes").is_not_null() & pl.col("block_size_tokens").is_null(), "expected a block size where block_hashes are given"),
+        (
+            "think_time_s",
+            pl.col("think_time_s").is_not_null()
+            & ((pl.col("think_time_s") < 0) | ~pl.col("think_time_s").is_finite()),
+            "expected a non-negative finite time in seconds",
+        ),
+        (
+            "reused_prefix_tokens",
+            pl.col("reused_prefix_tokens") > pl.col("input_tokens"),
+            "expected reused_prefix_tokens ≤ input_tokens",
+        ),
+        (
+            "new_tokens",
+            pl.col("new_tokens") != pl.col("input_tokens") - pl.col("reused_prefix_tokens"),
+            "expected new_tokens = input_tokens − reused_prefix_tokens",
+        ),
+        (
+            "block_size_tokens",
+            pl.col("block_size_tokens").is_not_null() & (pl.col("block_size_tokens") <= 0),
+            "expected a positive block size",
+        ),
+        (
+            "block_size_tokens",
+            pl.col("block_hashes").is_not_null() & pl.col("block_size_tokens").is_null(),
+            "expected a block size where block_hashes are given",
+        ),
         (
             "block_hashes",
             pl.col("block_hashes").is_not_null()
-            & (pl.col("block_hashes").list.len() != (pl.col("input_tokens") + pl.col("block_size_tokens") - 1) // pl.col("block_size_tokens")),
+            & (
+                pl.col("block_hashes").list.len()
+                != (pl.col("input_tokens") + pl.col("block_size_tokens") - 1)
+                // pl.col("block_size_tokens")
+            ),
             "expected ceil(input_tokens / block_size_tokens) hashes",
         ),
-        ("call_index", pl.col("call_index") != pl.int_range(pl.len()).over("session_id"), "expected call_index 0, 1, 2, … contiguous within the session, rows grouped by session in call order"),
-        ("t_start_s", pl.col("t_start_s") < pl.col("t_start_s").shift(1).over("session_id"), "expected times sorted within the session"),
+        (
+            "call_index",
+            pl.col("call_index") != pl.int_range(pl.len()).over("session_id"),
+            "expected call_index 0, 1, 2, … contiguous within the session, rows grouped by session in call order",
+        ),
+        (
+            "t_start_s",
+            pl.col("t_start_s") < pl.col("t_start_s").shift(1).over("session_id"),
+            "expected times sorted within the session",
+        ),
     ]
-    flags = df.select([expr.fill_null(False).alias(f"{i}") for i, (_, expr, _) in enumerate(checks)])
+    flags = df.select(
+        [expr.fill_null(False).alias(f"{i}") for i, (_, expr, _) in enumerate(checks)]
+    )
     for i, (field, _, msg) in enumerate(checks):
         s = flags[f"{i}"]
         if s.any():
@@ -118,6 +247,14 @@ def validate(df: pl.DataFrame, path: object = "<trace>") -> None:
     sessions = df["session_id"]
     first_rows = sessions.ne_missing(sessions.shift(1))
     if int(first_rows.sum()) != sessions.n_unique():
-        dup = df.with_row_index("_r").filter(first_rows).filter(pl.col("session_id").is_duplicated())
+        dup = (
+            df.with_row_index("_r").filter(first_rows).filter(pl.col("session_id").is_duplicated())
+        )
         r = int(dup["_r"][1]) if dup.height > 1 else 0
-        raise InputError(path, "expected each session's rows to be contiguous", row=r, field="session_id", where=_where(df, r))
+        raise InputError(
+            path,
+            "expected each session's rows to be contiguous",
+            row=r,
+            field="session_id",
+            where=_where(df, r),
+        )
