@@ -73,7 +73,7 @@ def lru_stack(stream: BlockStream, kill_off=None, kill_blocks=None, free=None) -
     # its own segment (random streams), where direct indexing is faster than a search.
     coords = np.zeros(0, np.int64)
     if 8 * len(segs) < stream.n_refs:
-        coords = np.unique(
+        coords = _unique(
             np.concatenate(
                 (
                     segs[:, S_REF0] + 1,
@@ -98,6 +98,13 @@ def lru_stack(stream: BlockStream, kill_off=None, kill_blocks=None, free=None) -
         final_dist_tokens=final,
         last_ref=last,
     )
+
+
+def _unique(x: np.ndarray) -> np.ndarray:
+    """Sorted distinct values by sorting: numpy 2.4's ``np.unique`` (hash based without
+    ``return_inverse``) took 12 s on the 21 M boundaries of a 1 M-call trace, a sort 0.6 s."""
+    x = np.sort(x)
+    return x[np.concatenate(([True], x[1:] != x[:-1]))] if x.size else x
 
 
 @nb.njit(cache=True, inline="always")
