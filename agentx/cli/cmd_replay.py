@@ -10,6 +10,7 @@ import polars as pl
 
 from agentx.catalog.types import PRECISIONS
 from agentx.cli._common import catalog_option, emit_json, json_option, print_table, quiet_option
+from agentx.errors import UsageError
 
 GB = 1e9
 
@@ -47,9 +48,16 @@ GB = 1e9
 @click.option(
     "--decode-batch",
     type=int,
-    default=64,
-    show_default=True,
-    help="Sequences per decode step of the instance.",
+    default=None,
+    help="Sequences per decode step of the instance.  [default: 64]",
+)
+@click.option(
+    "--interactivity",
+    type=float,
+    default=None,
+    metavar="TOKENS_PER_S",
+    help="Target tokens/s per user: the decode batch becomes the largest that meets it at "
+    "the trace's mean decode context and still fits in HBM (instead of --decode-batch).",
 )
 @click.option(
     "--prefill-chunk-tokens",
@@ -99,6 +107,7 @@ def command(
     weight_precision,
     kv_precision,
     decode_batch,
+    interactivity,
     prefill_chunk_tokens,
     routing_skew,
     pools,
@@ -118,6 +127,8 @@ def command(
     from agentx.replay.replay import replay_trace
     from agentx.traces.io import read_trace
 
+    if decode_batch is not None and interactivity is not None:
+        raise UsageError("give --decode-batch or --interactivity, not both")
     cat = load_catalog(catalog_files)
     cfg = make_config(
         cat,
@@ -130,18 +141,27 @@ def command(
         dp_attention=dp_attention,
         weight_precision=weight_precision,
         kv_precision=kv_precision,
-        decode_batch=decode_batch,
+        decode_batch=64 if decode_batch is None else decode_batch,
         prefill_chunk_tokens=prefill_chunk_tokens,
         routing_skew=routing_skew,
         pools=pools,
     )
     tr = read_trace(trace)
+    operating_point = None
+    if interactivity is not None:
+        from agentx.replay.interactivity import decode_context_tokens, with_interactivity
+
+        cfg, operating_point = with_interactivity(
+            cfg, interactivity, decode_context_tokens(tr.calls)
+        )
     kv = None
     if kv_tiers:
         from agentx.kv import replay_tiers
 
         kv = replay_tiers(tr, cfg)
     result = replay_trace(tr, cfg, kv=kv)
+    if operating_point is not None:
+        result.summary["interactivity"] = operating_point
     if run_dir is not None:
         from agentx.runs import write_run
 
@@ -149,6 +169,7 @@ def command(
             "hw": hw, "model": model_name, "gpus": cfg.gpus, "tp": cfg.tp, "ep": cfg.ep, "pp": cfg.pp,
             "dp_attention": cfg.dp_attention, "weight_precision": cfg.weight_precision,
             "kv_precision": cfg.kv_precision, "decode_batch": cfg.decode_batch,
+            "interactivity_tokens_per_s_per_user": interactivity,
             "prefill_chunk_tokens": cfg.prefill_chunk_tokens, "routing_skew": cfg.routing_skew,
             "pools": cfg.pools, "kv_tiers": kv is not None,
             "efficiencies": dataclasses.asdict(cfg.efficiencies),
@@ -186,6 +207,13 @@ def _print(result) -> None:
     click.echo(
         f"{s['model']} on {s['layout']}: {s['calls']:,} calls, {s['tokens']['output_tokens']:,} output tokens"
     )
+    if "interactivity" in s:
+        op = s["interactivity"]
+        click.echo(
+            f"decode batch {op['decode_batch']} for {op['target_tokens_per_s_per_user']:g} tokens/s per user "
+            f"at {op['context_tokens']:,.0f} tokens of context ({op['tokens_per_s_per_user']:.1f} reached; "
+            f"limited by {op['limited_by']})"
+        )
     print_table(st)
     click.echo(
         f"total {s['total_time_s']:.4g} instance-s, {s['total_energy_j']:.4g} J, "
