@@ -13,6 +13,8 @@ distance (proof in docs/kv-tiers.md). Pass 1 walks the references and cuts them 
 *segments* (this needs only each block's previous time, not distances); pass 2 walks the
 segments with a range-update/range-query Fenwick pair over just the segments' boundary times
 (coordinate-compressed, so the trees stay in cache): one query and two range moves per segment.
+Single-block segments (random-looking streams) move as points in a third, plain tree
+interleaved with the pair, so each walk touches one cache line per node.
 """
 
 from __future__ import annotations
@@ -108,39 +110,41 @@ def _unique(x: np.ndarray) -> np.ndarray:
 
 
 @nb.njit(cache=True, inline="always")
-def _add(tree, i, v):  # pragma: no cover (compiled)
-    n = tree.size
+def _add(tree, i, v1, v2, v3):  # pragma: no cover (compiled)
+    n = tree.shape[0]
     while i < n:
-        tree[i] += v
+        tree[i, 0] += v1
+        tree[i, 1] += v2
+        tree[i, 2] += v3
         i += i & -i
 
 
 @nb.njit(cache=True, inline="always")
-def _sum(tree, i):  # pragma: no cover (compiled)
-    s = 0
-    while i > 0:
-        s += tree[i]
-        i -= i & -i
-    return s
-
-
-@nb.njit(cache=True, inline="always")
-def _range_add(b1, b2, coords, lo, hi, v):  # pragma: no cover (compiled)
-    """Add v at 0-based times lo..hi (range-update/range-query Fenwick pair over the update
-    positions ``coords``, so the trees are as small as the number of segments, not of times)."""
+def _move(tree, coords, lo, hi, v):  # pragma: no cover (compiled)
+    """Add v at 0-based times lo..hi. A run goes to columns 0 and 1 (a range-update/range-query
+    Fenwick pair), a single time to column 2 (a plain Fenwick tree): one walk per point, two
+    per run. The three columns of a node share a cache line. Indices are positions among the
+    update times ``coords``, so the tree is as small as the number of segments, not of times."""
     a = np.searchsorted(coords, lo + 1) + 1 if coords.size else lo + 1
-    z = np.searchsorted(coords, hi + 2) + 1 if coords.size else hi + 2
-    _add(b1, a, v)
-    _add(b1, z, -v)
-    _add(b2, a, v * lo)
-    _add(b2, z, -v * (hi + 1))
+    if lo == hi:
+        _add(tree, a, 0, 0, v)
+    else:
+        z = np.searchsorted(coords, hi + 2) + 1 if coords.size else hi + 2
+        _add(tree, a, v, v * lo, 0)
+        _add(tree, z, -v, -v * (hi + 1), 0)
 
 
 @nb.njit(cache=True, inline="always")
-def _prefix(b1, b2, coords, i):  # pragma: no cover (compiled)
+def _prefix(tree, coords, i):  # pragma: no cover (compiled)
     """Sum of weights at 0-based times 0..i-1."""
     c = np.searchsorted(coords, i, side="right") if coords.size else i
-    return _sum(b1, c) * i - _sum(b2, c)
+    s1 = s2 = s3 = 0
+    while c > 0:
+        s1 += tree[c, 0]
+        s2 += tree[c, 1]
+        s3 += tree[c, 2]
+        c -= c & -c
+    return s1 * i - s2 + s3
 
 
 @nb.njit(cache=True)
@@ -225,25 +229,24 @@ def _distance_pass(segs, kill_off, kill_pos, kill_w, coords, last, t_all):  # pr
     """Pass 2, per segment: one query, then move the segment's blocks to their new times.
     Fills ``segs[:, S_DIST]`` and returns each block's stack depth after its last reference."""
     size = coords.size + 2 if coords.size else t_all + 3  # empty coords: every time is one
-    b1 = np.zeros(size, np.int64)
-    b2 = np.zeros(size, np.int64)
+    tree = np.zeros((size, 3), np.int64)
     si = 0
     n_calls = kill_off.size - 1
     for k in range(n_calls):
         for q in range(kill_off[k], kill_off[k + 1]):
             if kill_pos[q] >= 0:
-                _range_add(b1, b2, coords, kill_pos[q], kill_pos[q], -kill_w[q])
+                _move(tree, coords, kill_pos[q], kill_pos[q], -kill_w[q])
         while si < segs.shape[0] and segs[si, S_CALL] == k:
             seg = segs[si]
             n, w, r, s_old = seg[S_N], seg[S_SW], seg[S_REF0], seg[S_OLD]
             if seg[S_DIST] >= 0:
-                seg[S_DIST] = _prefix(b1, b2, coords, r) - _prefix(b1, b2, coords, s_old)
-                _range_add(b1, b2, coords, s_old, s_old + n - 1, -w)
-            _range_add(b1, b2, coords, r, r + n - 1, w)
+                seg[S_DIST] = _prefix(tree, coords, r) - _prefix(tree, coords, s_old)
+                _move(tree, coords, s_old, s_old + n - 1, -w)
+            _move(tree, coords, r, r + n - 1, w)
             si += 1
     final = np.full(last.size, -1, np.int64)
-    total = _prefix(b1, b2, coords, t_all)
+    total = _prefix(tree, coords, t_all)
     for b in range(last.size):
         if last[b] >= 0:
-            final[b] = total - _prefix(b1, b2, coords, last[b])
+            final[b] = total - _prefix(tree, coords, last[b])
     return final
