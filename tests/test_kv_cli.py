@@ -141,3 +141,13 @@ def test_bad_capacities_and_output_onto_input(trace_path):
 def test_help_ends_with_an_example():
     r = CliRunner().invoke(cli, ["kv-curve", "--help"])
     assert r.exit_code == 0 and "Example: agentx kv-curve" in r.output
+
+
+def test_seed7_default_grid_reaches_full_reuse(trace_path):
+    """The default grid ends past the largest reuse distance, for seed7's stacks as for lru's."""
+    r = run(trace_path, *HW, "--policy", "seed7", "--json", "-q")
+    assert r.exit_code == 0, r.output
+    curve = pl.DataFrame(json.loads(r.stdout)["curve"])
+    assert curve.height == 48  # 16 capacities x 3 tiers
+    hbm = curve.filter(tier="hbm").sort("capacity_bytes")
+    assert hbm["capacity_bytes"][0] == 0 and hbm["hit_ratio"][-1] == 1.0
