@@ -160,6 +160,9 @@ def command(
 
         kv = replay_tiers(tr, cfg)
     result = replay_trace(tr, cfg, kv=kv)
+    note = (result.summary.get("kv_tiers") or {}).get("block_size_note")
+    if note and not quiet:
+        click.echo(f"note: {note}", err=True)
     if operating_point is not None:
         result.summary["interactivity"] = operating_point
     if run_dir is not None:
