@@ -70,3 +70,30 @@ def print_table(df: pl.DataFrame) -> None:
 
 def is_interactive() -> bool:
     return sys.stderr.isatty()
+
+
+def model_option(help: str = "Model name (agentx models list).", default: str | None = "kimi-k2"):
+    """``--model NAME`` stored as ``model_name`` (``model`` would shadow the module-level names)."""
+    return click.option(
+        "--model", "model_name", default=default, show_default=default is not None, help=help
+    )
+
+
+def run_dir_option(tables: str = "", *, required: bool = False):
+    """``-o/--output DIR`` for commands that write a run directory (agentx.runs)."""
+    what = f" ({tables})" if tables else ""
+    return click.option(
+        "-o",
+        "--output",
+        "run_dir",
+        required=required,
+        type=click.Path(file_okay=False, path_type=Path),
+        help=f"Write the run directory here{what}.",
+    )
+
+
+def output_file_option(help: str):
+    """``-o/--output FILE`` (required) for commands that write one file atomically."""
+    return click.option(
+        "-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path), help=help
+    )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from agentx.cli._common import emit_json, json_option, quiet_option
+from agentx.cli._common import emit_json, json_option, output_file_option, quiet_option
 from agentx.traces.importers import FORMATS
 
 _FORMATS_HELP = "\n".join(f"  {name}: {desc}" for name, (_, _, desc) in FORMATS.items())
@@ -27,13 +27,7 @@ byte-identical for equal input and options.""",
 )
 @click.argument("fmt", metavar="FORMAT")
 @click.argument("source", type=click.Path(path_type=Path))
-@click.option(
-    "-o",
-    "--output",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Trace to write (atomically).",
-)
+@output_file_option("Trace to write (atomically).")
 @click.option(
     "--session-rate",
     "session_rate_per_s",

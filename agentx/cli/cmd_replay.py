@@ -9,7 +9,15 @@ import click
 import polars as pl
 
 from agentx.catalog.types import PRECISIONS
-from agentx.cli._common import catalog_option, emit_json, json_option, print_table, quiet_option
+from agentx.cli._common import (
+    catalog_option,
+    emit_json,
+    json_option,
+    model_option,
+    print_table,
+    quiet_option,
+    run_dir_option,
+)
 from agentx.errors import UsageError
 
 GB = 1e9
@@ -21,13 +29,7 @@ GB = 1e9
 )
 @click.argument("trace", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--hw", required=True, help="System name (agentx hw list), e.g. gb200, h200, b300.")
-@click.option(
-    "--model",
-    "model_name",
-    default="kimi-k2",
-    show_default=True,
-    help="Model name (agentx models list).",
-)
+@model_option()
 @click.option(
     "--gpus", type=int, help="GPUs serving one model instance (default: one node; 32 on NVL72)."
 )
@@ -86,13 +88,7 @@ GB = 1e9
     help="Place KV blocks in HBM/DRAM/SSD (agentx.kv): reloads and recomputes enter the fills.",
 )
 @catalog_option
-@click.option(
-    "-o",
-    "--output",
-    "run_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Write the run directory here.",
-)
+@run_dir_option("calls, stages, footprint, summary.json")
 @json_option
 @quiet_option
 def command(

@@ -6,18 +6,12 @@ from pathlib import Path
 
 import click
 
-from agentx.cli._common import quiet_option
+from agentx.cli._common import output_file_option, quiet_option
 
 
 @click.command("report", epilog="Example: agentx report runs/ -o report.html --png-dir slides/")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-@click.option(
-    "-o",
-    "--output",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The HTML file to write (atomically).",
-)
+@output_file_option("The HTML file to write (atomically).")
 @click.option(
     "--png-dir",
     type=click.Path(file_okay=False, path_type=Path),

@@ -8,7 +8,15 @@ from pathlib import Path
 import click
 import polars as pl
 
-from agentx.cli._common import catalog_option, emit_json, json_option, print_table, quiet_option
+from agentx.cli._common import (
+    catalog_option,
+    emit_json,
+    json_option,
+    model_option,
+    print_table,
+    quiet_option,
+    run_dir_option,
+)
 from agentx.dynamics.admission import POLICIES
 from agentx.dynamics.engine import POOLS
 
@@ -19,13 +27,7 @@ from agentx.dynamics.engine import POOLS
 )
 @click.argument("trace", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--hw", required=True, help="System name (agentx hw list), e.g. gb200, b200.")
-@click.option(
-    "--model",
-    "model_name",
-    default="kimi-k2",
-    show_default=True,
-    help="Model name (agentx models list).",
-)
+@model_option()
 @click.option(
     "--gpus",
     type=int,
@@ -80,14 +82,7 @@ from agentx.dynamics.engine import POOLS
     help="Stop the clock here; calls still inside are reported as unfinished.",
 )
 @catalog_option
-@click.option(
-    "-o",
-    "--output",
-    "run_dir",
-    required=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Write the run directory here (sim_calls, sim_timeseries).",
-)
+@run_dir_option("sim_calls, sim_timeseries", required=True)
 @json_option
 @quiet_option
 def command(

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 import polars as pl
 
-from agentx.cli._common import catalog_option, emit_json, json_option, print_table, quiet_option
+from agentx.cli._common import (
+    catalog_option,
+    emit_json,
+    json_option,
+    model_option,
+    print_table,
+    quiet_option,
+    run_dir_option,
+)
 
 
 def _names(value: str | None) -> list[str] | None:
@@ -23,16 +29,9 @@ def _names(value: str | None) -> list[str] | None:
     "--hw", help="Systems, comma-separated (overrides the scenario), e.g. b200,b300,gb200."
 )
 @click.option("--gpus", help="GPU counts, comma-separated, e.g. 16,32,64.")
-@click.option("--model", "model_name", help="Model name (agentx models list); default kimi-k2.")
+@model_option("Model name (agentx models list); default kimi-k2.", default=None)
 @catalog_option
-@click.option(
-    "-o",
-    "--output",
-    "run_dir",
-    required=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Write the run directory here (sweep.parquet, summary.json).",
-)
+@run_dir_option("sweep.parquet, summary.json", required=True)
 @json_option
 @quiet_option
 def command(scenario, hw, gpus, model_name, catalog_files, run_dir, as_json, quiet) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 import polars as pl
 
-from agentx.cli._common import emit_json, json_option, print_table
+from agentx.cli._common import emit_json, json_option, output_file_option, print_table
 from agentx.errors import UsageError
 
 DEFAULT_SESSIONS = 100
@@ -20,13 +20,7 @@ DEFAULT_SESSIONS = 100
     "synth",
     epilog="Example: agentx synth -o s.parquet --sessions 600 --seed 1 --context-limit-tokens 200000",
 )
-@click.option(
-    "-o",
-    "--output",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Trace to write (atomically).",
-)
+@output_file_option("Trace to write (atomically).")
 @click.option(
     "--sessions",
     type=int,
