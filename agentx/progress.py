@@ -37,3 +37,30 @@ def progress(
         yield item
     sys.stderr.write(f"\r{label} done ({i})" + " " * 20 + "\n")
     sys.stderr.flush()
+
+
+class Phases:
+    """Named steps of vectorized work (read, price, write, …) shown as ``label [k/n] step``.
+
+    Vectorized stages have no per-item loop to count, so long commands report which phase
+    runs and how long each took; like :func:`progress`, silent unless stderr is a terminal.
+    """
+
+    def __init__(self, label: str, total: int, *, enabled: bool | None = None) -> None:
+        self.label, self.total, self.k = label, total, 0
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self._t0 = self._start = time.monotonic()
+
+    def step(self, name: str) -> None:
+        self.k += 1
+        if self.enabled:
+            now = time.monotonic()
+            sys.stderr.write(f"\r{self.label} [{self.k}/{self.total}] {name}…" + " " * 20)
+            sys.stderr.flush()
+            self._start = now
+
+    def done(self) -> None:
+        if self.enabled:
+            total = time.monotonic() - self._t0
+            sys.stderr.write(f"\r{self.label} done in {total:.1f} s" + " " * 40 + "\n")
+            sys.stderr.flush()

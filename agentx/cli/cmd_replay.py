@@ -19,6 +19,7 @@ from agentx.cli._common import (
     run_dir_option,
 )
 from agentx.errors import UsageError
+from agentx.progress import Phases
 
 GB = 1e9
 
@@ -142,6 +143,8 @@ def command(
         routing_skew=routing_skew,
         pools=pools,
     )
+    phases = Phases("replay", 4, enabled=False if quiet else None)
+    phases.step("reading the trace")
     tr = read_trace(trace)
     operating_point = None
     if interactivity is not None:
@@ -154,7 +157,9 @@ def command(
     if kv_tiers:
         from agentx.kv import replay_tiers
 
+        phases.step("placing KV blocks in HBM/DRAM/SSD")
         kv = replay_tiers(tr, cfg)
+    phases.step("pricing the four stages")
     result = replay_trace(tr, cfg, kv=kv)
     note = (result.summary.get("kv_tiers") or {}).get("block_size_note")
     if note and not quiet:
@@ -173,6 +178,7 @@ def command(
             "pools": cfg.pools, "kv_tiers": kv is not None,
             "efficiencies": dataclasses.asdict(cfg.efficiencies),
         }  # fmt: skip
+        phases.step("writing the run")
         write_run(
             run_dir,
             "replay",
@@ -182,6 +188,7 @@ def command(
             config=config,
             catalog_version=cat.version,
         )
+    phases.done()
     if as_json:
         emit_json(result.summary)
     else:

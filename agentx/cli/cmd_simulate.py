@@ -116,6 +116,7 @@ def command(
     from agentx.dynamics.disagg import run_layout
     from agentx.dynamics.engine import SimConfig
     from agentx.errors import UsageError
+    from agentx.progress import Phases
     from agentx.runs import write_run
     from agentx.traces.io import read_trace
 
@@ -129,6 +130,8 @@ def command(
     ):
         if not v > 0:
             raise UsageError(f"{name} must be positive, got {v}")
+    phases = Phases("simulate", 3, enabled=False if quiet else None)
+    phases.step("reading the trace")
     tr = read_trace(trace)
     cat = load_catalog(catalog_files)
     pol = AdmissionPolicy(policy, tpot_target_s=tpot_target_s)
@@ -141,9 +144,11 @@ def command(
         horizon_s=horizon_s,
         resize_pools=resize_pools,
     )
+    phases.step(f"stepping time on {gpus} × {hw} ({pools}, {policy})")
     res = run_layout(tr.calls, cat, hw, model_name, gpus, pools, pol, cfg, fill_gpus)
     s = res.summary
     s["output_tokens_per_s_per_gpu"] = s["output_tokens"] / max(s["span_s"], 1e-9) / gpus
+    phases.step("writing the run")
     write_run(
         run_dir,
         "simulate",
@@ -160,6 +165,7 @@ def command(
         },
         catalog_version=cat.version,
     )
+    phases.done()
     if as_json:
         emit_json(s)
     else:

@@ -44,6 +44,7 @@ def command(scenario, hw, gpus, model_name, catalog_files, run_dir, as_json, qui
     from agentx.dynamics.sweep import load_scenario, sweep
     from agentx.dynamics.verdicts import seed_verdicts
     from agentx.errors import UsageError
+    from agentx.progress import Phases
     from agentx.runs import write_run
 
     sc, label = load_scenario(scenario) if scenario else ({"checks": {}}, None)
@@ -57,6 +58,8 @@ def command(scenario, hw, gpus, model_name, catalog_files, run_dir, as_json, qui
     model = model_name or sc.get("model", "kimi-k2")
     extra = {k: sc[k] for k in ("weight_precision", "kv_precision") if k in sc}
     cat = load_catalog(catalog_files)
+    phases = Phases("sweep", 2, enabled=False if quiet else None)
+    phases.step(f"{len(systems)} systems × {len(counts)} GPU counts")
     df, skipped = sweep(cat, systems, counts, model, **extra)
     verdicts = (
         seed_verdicts(df, float(sc["checks"].get("hbm_limit_bytes", 80e9))) if df.height else {}
@@ -70,6 +73,7 @@ def command(scenario, hw, gpus, model_name, catalog_files, run_dir, as_json, qui
         "skipped": skipped,
         **verdicts,
     }
+    phases.step("writing the run")
     write_run(
         run_dir,
         "sweep",
@@ -78,6 +82,7 @@ def command(scenario, hw, gpus, model_name, catalog_files, run_dir, as_json, qui
         config={"scenario": label, "systems": systems, "gpus": counts, "model": model, **extra},
         catalog_version=cat.version,
     )
+    phases.done()
     if as_json:
         emit_json(summary)
     else:
