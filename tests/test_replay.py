@@ -333,3 +333,14 @@ def test_metrics_page_documents_every_column(result):
     names += result.stages.columns + list(result.summary)
     missing = [n for n in names if n not in text]
     assert not missing, f"docs/metrics.md lacks {missing}"
+
+
+def test_raw_trace_gets_a_conversion_hint(tmp_path):
+    raw = tmp_path / "trace_0001.json.gz"
+    raw.write_bytes(b"\x1f\x8b not parquet")
+    res = CliRunner().invoke(cli, ["replay", str(raw), "--hw", "h200"])
+    assert res.exit_code == 1
+    assert res.output.strip() == (
+        f"Error: {raw}: a raw trace, not an agentx trace; "
+        "convert it first with 'agentx import FORMAT SOURCE -o OUT.parquet'"
+    )

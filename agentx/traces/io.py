@@ -48,8 +48,20 @@ def write_trace(trace: Trace, path: os.PathLike | str) -> None:
     write_parquet_atomic(df, path, meta)
 
 
+RAW_SUFFIXES = (".json", ".json.gz", ".jsonl", ".csv", ".gz")
+
+
 def read_trace(path: os.PathLike | str, *, validate: bool = True) -> Trace:
-    df, meta = read_parquet_checked(path)
+    try:
+        df, meta = read_parquet_checked(path)
+    except InputError as err:
+        if str(path).lower().endswith(RAW_SUFFIXES) and "not a readable Parquet" in str(err):
+            # a raw public trace passed where a canonical one is expected: say how to convert it
+            raise InputError(
+                path,
+                "a raw trace, not an agentx trace; convert it first with 'agentx import FORMAT SOURCE -o OUT.parquet'",
+            ) from None
+        raise
     version = meta.get(S.META_SCHEMA_VERSION)
     if version is None:
         raise InputError(
