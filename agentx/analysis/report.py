@@ -52,7 +52,11 @@ HEADLINE_SQL = (
     + f" FROM summary WHERE key IN ({', '.join(repr(k) for k in _ALL_KEYS)}) GROUP BY run ORDER BY run"
 )
 # Replays run with the tier model summarise it under "kv_tiers.*" (capacities, hits, bytes).
-KV_TIERS_SQL = "SELECT run, substr(key, 10) AS figure, value FROM summary WHERE key LIKE 'kv_tiers.%' ORDER BY run, key"
+# One row per figure and one column per run, so runs compare side by side.
+KV_TIERS_SQL = (
+    "PIVOT (SELECT run, substr(key, 10) AS figure, value FROM summary WHERE key LIKE 'kv_tiers.%')"
+    " ON run USING first(value) ORDER BY figure"
+)
 # Runs that check SEED claims (sweeps) record each verdict under summary key "verdict.*".
 VERDICT_SQL = "SELECT run, substr(key, 9) AS check, value FROM summary WHERE key LIKE 'verdict.%' ORDER BY run, key"
 
