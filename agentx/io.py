@@ -88,26 +88,9 @@ def write_parquet_atomic(
             table,
             tmp,
             compression=compression,
-            use_dictionary=_dictionary_columns(table.schema),
             row_group_size=1 << 20,
             write_statistics=True,
         )
-
-
-def _dictionary_columns(schema: pa.Schema) -> list[str]:
-    """Columns worth dictionary encoding: ids, counts, flags and hash lists repeat; measured
-    floats (times, energies, bytes) almost never do, and trying them costs a third of the
-    write time of a replay's calls table."""
-    cols = []
-    for f in schema:
-        if pa.types.is_floating(f.type):
-            continue
-        if pa.types.is_list(f.type) or pa.types.is_large_list(f.type):
-            if not pa.types.is_floating(f.type.value_type):
-                cols.append(f"{f.name}.list.element")
-            continue
-        cols.append(f.name)
-    return cols
 
 
 def read_parquet_checked(path: os.PathLike | str) -> tuple[pl.DataFrame, dict[str, str]]:
