@@ -97,3 +97,29 @@ def output_file_option(help: str):
     return click.option(
         "-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path), help=help
     )
+
+
+def precision_option(what: str):
+    """``--weight-precision`` / ``--kv-precision`` (BF16, FP8 or FP4 with its block scales)."""
+    from agentx.catalog.types import PRECISIONS
+
+    helps = {
+        "weight": "Bytes per weight: bf16 2, fp8 1, fp4 0.53 (with block scales).",
+        "kv": "Bytes per KV element: bf16 2, fp8 1 (MLA: FlashMLA's 656 B per layer), fp4 0.53.",
+    }
+    return click.option(
+        f"--{what}-precision",
+        type=click.Choice(PRECISIONS),
+        default="fp8",
+        show_default=True,
+        help=helps[what],
+    )
+
+
+pools_option = click.option(
+    "--pools",
+    type=click.Choice(["disaggregated", "aggregated"]),
+    default="disaggregated",
+    show_default=True,
+    help="Separate fill and decode pools (KV moves between them) or one pool doing both (SEED-17).",
+)

@@ -7,8 +7,14 @@ from pathlib import Path
 import click
 import polars as pl
 
-from agentx.catalog.types import PRECISIONS
-from agentx.cli._common import catalog_option, emit_json, json_option, print_table, quiet_option
+from agentx.cli._common import (
+    catalog_option,
+    emit_json,
+    json_option,
+    precision_option,
+    print_table,
+    quiet_option,
+)
 from agentx.errors import UsageError
 
 GB = 1e9
@@ -28,7 +34,7 @@ GB = 1e9
     help="Model whose KV bytes per token count.",
 )
 @click.option("--gpus", type=int, help="GPUs of the instance (default: one node; 32 on NVL72).")
-@click.option("--kv-precision", type=click.Choice(PRECISIONS), default="fp8", show_default=True)
+@precision_option("kv")
 @click.option(
     "--block-size-tokens",
     type=int,
@@ -46,6 +52,7 @@ GB = 1e9
     type=click.Choice(["write-through", "write-back"]),
     default="write-through",
     show_default=True,
+    help="New blocks copied to DRAM (and SSD) when written, or only when evicted.",
 )
 @click.option(
     "--hbm-kv-gb",

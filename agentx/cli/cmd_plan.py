@@ -5,8 +5,7 @@ from __future__ import annotations
 import click
 import polars as pl
 
-from agentx.catalog.types import PRECISIONS
-from agentx.cli._common import catalog_option, emit_json, json_option, print_table
+from agentx.cli._common import catalog_option, emit_json, json_option, precision_option, print_table
 from agentx.errors import UsageError
 
 GB = 1e9
@@ -50,8 +49,8 @@ GB = 1e9
     default=None,
     help="Data-parallel attention (default for MLA models) or tensor-parallel attention.",
 )
-@click.option("--weight-precision", type=click.Choice(PRECISIONS), default="fp8", show_default=True)
-@click.option("--kv-precision", type=click.Choice(PRECISIONS), default="fp8", show_default=True)
+@precision_option("weight")
+@precision_option("kv")
 @click.option(
     "--sequences",
     type=float,

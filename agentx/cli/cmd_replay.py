@@ -8,12 +8,13 @@ from pathlib import Path
 import click
 import polars as pl
 
-from agentx.catalog.types import PRECISIONS
 from agentx.cli._common import (
     catalog_option,
     emit_json,
     json_option,
     model_option,
+    pools_option,
+    precision_option,
     print_table,
     quiet_option,
     run_dir_option,
@@ -46,8 +47,8 @@ GB = 1e9
     default=None,
     help="Data-parallel attention (default for MLA models).",
 )
-@click.option("--weight-precision", type=click.Choice(PRECISIONS), default="fp8", show_default=True)
-@click.option("--kv-precision", type=click.Choice(PRECISIONS), default="fp8", show_default=True)
+@precision_option("weight")
+@precision_option("kv")
 @click.option(
     "--decode-batch",
     type=int,
@@ -76,12 +77,7 @@ GB = 1e9
     show_default=True,
     help="Zipf exponent of expert routing (0 = uniform).",
 )
-@click.option(
-    "--pools",
-    type=click.Choice(["disaggregated", "aggregated"]),
-    default="disaggregated",
-    show_default=True,
-)
+@pools_option
 @click.option(
     "--kv-tiers/--no-kv-tiers",
     default=True,

@@ -13,12 +13,12 @@ from agentx.cli._common import (
     emit_json,
     json_option,
     model_option,
+    pools_option,
     print_table,
     quiet_option,
     run_dir_option,
 )
 from agentx.dynamics.admission import POLICIES
-from agentx.dynamics.engine import POOLS
 
 
 @click.command(
@@ -42,7 +42,7 @@ from agentx.dynamics.engine import POOLS
     show_default=True,
     help="Admission control (docs/dynamics.md).",
 )
-@click.option("--pools", type=click.Choice(POOLS), default="disaggregated", show_default=True)
+@pools_option
 @click.option("--fill-gpus", type=int, help="Disaggregated: GPUs of the fill pool (default half).")
 @click.option(
     "--resize-pools",
