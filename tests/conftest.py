@@ -6,6 +6,12 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Timing is the benchmarks' job: a slow shared CI core or a first numba compile must not turn
+# a property test into a DeadlineExceeded failure. print_blob lets a failure be replayed.
+settings.register_profile("agentx", deadline=None, print_blob=True)
+settings.load_profile("agentx")
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_TRACES = Path(os.environ.get("AGENTX_SHARED_TRACES", REPO.parent / "shared" / "traces"))
