@@ -123,3 +123,10 @@ pools_option = click.option(
     show_default=True,
     help="Separate fill and decode pools (KV moves between them) or one pool doing both (SEED-17).",
 )
+
+
+# The trace a command prices or simulates, and the system it runs on (agentx hw list).
+trace_argument = click.argument("trace", type=click.Path(dir_okay=False, path_type=Path))
+hw_option = click.option(
+    "--hw", required=True, help="System name (agentx hw list), e.g. gb200, h200, b200, b300."
+)

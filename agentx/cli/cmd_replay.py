@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import click
 import polars as pl
@@ -11,6 +10,7 @@ import polars as pl
 from agentx.cli._common import (
     catalog_option,
     emit_json,
+    hw_option,
     json_option,
     model_option,
     pools_option,
@@ -18,6 +18,7 @@ from agentx.cli._common import (
     print_table,
     quiet_option,
     run_dir_option,
+    trace_argument,
 )
 from agentx.errors import UsageError
 from agentx.progress import Phases
@@ -29,8 +30,8 @@ GB = 1e9
     "replay",
     epilog="Example: agentx replay w.parquet --hw gb200 --model kimi-k2 --gpus 32 -o runs/gb200-32",
 )
-@click.argument("trace", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--hw", required=True, help="System name (agentx hw list), e.g. gb200, h200, b300.")
+@trace_argument
+@hw_option
 @model_option()
 @click.option(
     "--gpus", type=int, help="GPUs serving one model instance (default: one node; 32 on NVL72)."

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import click
 import polars as pl
@@ -11,12 +10,14 @@ import polars as pl
 from agentx.cli._common import (
     catalog_option,
     emit_json,
+    hw_option,
     json_option,
     model_option,
     pools_option,
     print_table,
     quiet_option,
     run_dir_option,
+    trace_argument,
 )
 from agentx.dynamics.admission import POLICIES
 
@@ -25,8 +26,8 @@ from agentx.dynamics.admission import POLICIES
     "simulate",
     epilog="Example: agentx simulate w.parquet --hw gb200 --policy pi -o runs/sim",
 )
-@click.argument("trace", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--hw", required=True, help="System name (agentx hw list), e.g. gb200, b200.")
+@trace_argument
+@hw_option
 @model_option()
 @click.option(
     "--gpus",
