@@ -17,6 +17,19 @@ class AgentxError(Exception):
     exit_code = 1
 
 
+# Control characters in a name (a newline in a session id or file name) would split an error
+# over lines; they are written as escapes, as are undecodable bytes of a file name.
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)]}
+_CONTROL.update({0x2028: "\\u2028", 0x2029: "\\u2029"})
+_CONTROL.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+
+
+def one_line(value: object) -> str:
+    """``str(value)`` on one line: control characters and lone surrogates escaped."""
+    text = str(value).translate(_CONTROL)
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class UsageError(AgentxError):
     """The command line itself is wrong (unknown option value, conflicting flags)."""
 
@@ -35,16 +48,16 @@ class InputError(AgentxError):
         field: str | None = None,
         where: str | None = None,
     ) -> None:
-        self.path = str(path)
+        self.path = one_line(path)
         self.row = row
         self.field = field
         parts = [self.path]
         if row is not None:
             parts.append(f"row {row}")
         if where:
-            parts.append(where)
+            parts.append(one_line(where))
         if field is not None:
-            parts.append(f"field '{field}'")
+            parts.append(f"field '{one_line(field)}'")
         super().__init__(": ".join(parts) + ": " + message)
 
 

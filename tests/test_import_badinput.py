@@ -184,7 +184,7 @@ def test_unwritable_output_is_one_line(tmp_path):
     out = src / "x.parquet"  # below a file: no folder can be made there
     assert first_line("weka", src, out) == (
         1,
-        f"Error: {out}: cannot write the trace here (File exists)",
+        f"Error: {out}: cannot write here (File exists)",
     )
 
 

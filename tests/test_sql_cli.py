@@ -116,7 +116,7 @@ def test_usage_errors_exit_2(data, tmp_path):
     r = invoke("sql", "SELECT 1", trace, "-o", trace, "--format", "csv")
     assert r.exit_code == 2 and "is the input" in r.output and trace.read_bytes() == before
     r = invoke("sql", "SELECT 1", "--runs", root / "runs", "-o", root / "runs" / "kv" / "x.csv")
-    assert r.exit_code == 2 and "inside the run folder" in r.output
+    assert r.exit_code == 2 and "inside the input folder" in r.output
 
 
 def test_missing_trace_exit_1(tmp_path):

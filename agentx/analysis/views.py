@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,9 +23,10 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from agentx.errors import AgentxError, InputError
+from agentx.errors import AgentxError, InputError, one_line
 from agentx.io import read_parquet_checked
 from agentx.runs import Run, find_runs
 from agentx.traces.io import read_trace
@@ -74,17 +76,34 @@ class Database:
     views: dict[str, str] = field(default_factory=dict)
     _frames: list[object] = field(default_factory=list, repr=False)
 
-    def query(self, sql: str) -> pl.DataFrame:
-        """Run ``sql`` and return the last statement's result as a polars frame."""
+    def query(self, sql: str, fmt: str = "parquet") -> pl.DataFrame:
+        """Run ``sql`` and return the last statement's result as a polars frame.
+
+        Values of types the output ``fmt`` cannot hold (INTERVAL, UNION, BIT, VARINT, dates past
+        year 9999 …) are rendered as DuckDB's own text for them; integers wider than 64 bits
+        stay integers when every value fits, and become text otherwise.
+        """
         try:
             rel = self.con.sql(sql)
             if rel is None:  # the last statement returned no rows (CREATE, SET, …)
                 return pl.DataFrame()
-            out = pl.from_arrow(rel.to_arrow_table())
-            out = out if isinstance(out, pl.DataFrame) else out.to_frame()
-            return _plain_numbers(out)
+            as_text = [_needs_text(str(t), fmt) for t in rel.types]
+            if any(as_text):
+                rel = rel.project(
+                    ", ".join(
+                        f"CAST({_ident(c)} AS VARCHAR) AS {_ident(c)}" if txt else _ident(c)
+                        for c, txt in zip(rel.columns, as_text, strict=True)
+                    )
+                )
+            table = rel.to_arrow_table()
         except duckdb.Error as exc:
             raise QueryError(_explain(exc, self.views)) from None
+        table = _plain_numbers(table)
+        try:
+            out = pl.from_arrow(table)
+        except Exception as exc:  # an Arrow type polars cannot hold: refuse, naming the column
+            raise QueryError(f"cannot render the result: {one_line(exc)}") from None
+        return out if isinstance(out, pl.DataFrame) else out.to_frame()
 
     def close(self) -> None:
         self.con.close()
@@ -96,14 +115,53 @@ class Database:
         self.close()
 
 
-def _plain_numbers(df: pl.DataFrame) -> pl.DataFrame:
+# DuckDB types no output format holds as a value: rendered as DuckDB's text for them.
+_TEXT_ALWAYS = re.compile(r"\b(INTERVAL|UNION|BIT|VARINT|BIGNUM|TIME WITH TIME ZONE|TIMETZ)\b")
+# Wide integers nested in a list or struct cannot be checked value by value: text as well.
+_WIDE = re.compile(r"\b(U?HUGEINT|DECIMAL)\b")
+# Types CSV, JSON and the table print from DuckDB's text: dates and times (year 10000 and
+# 'infinity' have no Python value), blobs (bytes are not text) and, for CSV and the table,
+# nested values (a list or struct is not one cell).
+_TEXT_FOR_TEXT = re.compile(r"\b(DATE|TIME|TIMESTAMP\w*|BLOB|UUID|JSON)\b")
+_NESTED = re.compile(r"[\[(]|^(STRUCT|MAP|UNION)")
+
+
+def _needs_text(dtype: str, fmt: str) -> bool:
+    if _TEXT_ALWAYS.search(dtype):
+        return True
+    nested = bool(_NESTED.search(dtype)) and not dtype.startswith("DECIMAL")
+    if nested and _WIDE.search(dtype):
+        return True
+    if fmt == "parquet":
+        return False
+    if _TEXT_FOR_TEXT.search(dtype):
+        return True
+    return nested and fmt != "json"
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _plain_numbers(table: pa.Table) -> pa.Table:
     # DuckDB widens integer sums to HUGEINT (a decimal in Arrow); token counts fit in Int64
-    # and users expect integers in CSV/JSON, not decimal strings.
-    casts = []
-    for name, dtype in df.schema.items():
-        if isinstance(dtype, pl.Decimal):
-            casts.append(pl.col(name).cast(pl.Int64 if dtype.scale == 0 else pl.Float64))
-    return df.with_columns(casts) if casts else df
+    # and users expect integers in CSV/JSON, not decimal strings. A value past int64 keeps
+    # its exact digits as text rather than wrapping around.
+    for i, f in enumerate(table.schema):
+        if not pa.types.is_decimal(f.type):
+            continue
+        col = table.column(i)
+        if f.type.scale != 0:
+            new = pc.cast(col, pa.float64())
+        else:
+            lo, hi = pc.min_max(col).values()
+            fits = lo.as_py() is None or (lo.as_py() >= INT64_MIN and hi.as_py() <= INT64_MAX)
+            new = pc.cast(col, pa.int64() if fits else pa.string())
+        table = table.set_column(i, f.name, new)
+    return table
 
 
 def _explain(exc: duckdb.Error, views: dict[str, str]) -> str:
@@ -155,11 +213,30 @@ def open_db(
         df = df.select(["run", *[c for c in df.columns if c != "run"]])
         _register(db, view, df, f"{view} of {len(frames)} run(s)")
     if lock:
-        # Order matters: once locked, nothing can turn file access back on.
-        con.execute("SET python_enable_replacements = false")
-        con.execute("SET enable_external_access = false")
-        con.execute("SET lock_configuration = true")
+        seal(con)
     return db
+
+
+# The sandbox, in order: once locked, nothing can turn file access back on. DuckDB always lets
+# a query read and write its temp directory (by default '.tmp' in the working directory), so
+# spilling is switched off: a query too large for memory fails instead of touching a file.
+SANDBOX = (
+    "SET python_enable_replacements = false",
+    "SET TimeZone = 'UTC'",
+    "SET temp_directory = ''",
+    "SET allowed_directories = []",
+    "SET allowed_paths = []",
+    "SET autoinstall_known_extensions = false",
+    "SET autoload_known_extensions = false",
+    "SET enable_external_access = false",
+    "SET lock_configuration = true",
+)
+
+
+def seal(con: duckdb.DuckDBPyConnection) -> None:
+    """Close every door from a query to the file system, then lock the configuration."""
+    for stmt in SANDBOX:
+        con.execute(stmt)
 
 
 # Parquet key-value metadata that marks a file as one agentx table, and the view it joins.
@@ -174,7 +251,13 @@ def _classify(paths: list[Path]) -> tuple[list[Path], list[tuple[Path, str]]]:
             meta = pq.read_schema(p).metadata or {}
         except (OSError, pa.ArrowException):
             meta = {}  # read_trace will name the problem precisely
-        view = next((v or meta[k].decode() for k, v in TABLE_META.items() if k in meta), None)
+        view = next(
+            (v or meta[k].decode(errors="replace") for k, v in TABLE_META.items() if k in meta),
+            None,
+        )
+        if view in TRACE_VIEWS or view in RUN_VIEWS:  # a replay run's calls.parquet, given alone
+            kind = meta.get(b"agentx.run_kind", b"run").decode(errors="replace")
+            view = f"{kind.replace('-', '_')}_{view}"
         if view and TRACE_META not in meta:
             loose.append((p, view))
         else:
@@ -196,7 +279,9 @@ def _add_traces(db: Database, paths: list[Path]) -> None:
     for p, stem in zip(paths, stems, strict=True):
         label = stem if stems.count(stem) == 1 else str(p)
         frames.append(read_trace(p).calls.with_columns(pl.lit(label).alias("trace")))
-    calls = pl.concat(frames, how="vertical_relaxed")
+    # traces from different importers carry different column types (an empty agent_id column
+    # is Null in one, String in another): diagonal_relaxed finds the common supertype
+    calls = pl.concat(frames, how="diagonal_relaxed")
     calls = calls.select(["trace", *[c for c in calls.columns if c != "trace"]])
     _register(db, "calls", calls, "trace calls: " + ", ".join(str(p) for p in paths))
     db.con.execute(f"CREATE VIEW sessions AS {SESSIONS_SQL}")

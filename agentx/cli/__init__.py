@@ -7,12 +7,19 @@ library becomes one ``Error: …`` line and the error's exit code, never a trace
 
 from __future__ import annotations
 
+import errno
 import importlib
+import os
+import sys
 
 import click
 
 from agentx import __version__
-from agentx.errors import AgentxError
+from agentx.errors import AgentxError, one_line
+
+# An unexpected exception is a bug in agentx, not the user's fault: it still prints one line
+# (and exits 70, EX_SOFTWARE); AGENTX_DEBUG=1 shows the traceback for a bug report.
+EXIT_BUG = 70
 
 # (command name, module). Order is the order shown in --help.
 COMMANDS: tuple[tuple[str, str], ...] = (
@@ -60,6 +67,43 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except AgentxError as err:
             raise AgentxClickError(str(err), err.exit_code) from None
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except MemoryError:
+            raise AgentxClickError(
+                "out of memory; give a smaller trace or raise the machine's memory", 1
+            ) from None
+        except RecursionError:
+            raise AgentxClickError("input nested too deeply to read", 1) from None
+        except OSError as err:
+            if err.errno == errno.EPIPE:  # `agentx … | head`: the reader left, nothing to say
+                raise click.exceptions.Exit(0) from None
+            where = f"{one_line(err.filename)}: " if err.filename else ""
+            raise AgentxClickError(f"{where}{err.strerror or err}", 1) from None
+        except BaseException as err:  # a Rust panic (pyo3) is a BaseException, not an Exception
+            if isinstance(err, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+                raise
+            if os.environ.get("AGENTX_DEBUG"):
+                raise
+            raise AgentxClickError(
+                f"internal error, a bug in agentx: {type(err).__name__}: {one_line(err)} "
+                "(AGENTX_DEBUG=1 shows the traceback; please report it)",
+                EXIT_BUG,
+            ) from None
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        """Every error is one line on stderr: ``Error: …`` (click's usage errors included)."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, False, **extra)
+        except click.ClickException as err:
+            click.echo(f"Error: {one_line(err.format_message())}", err=True)
+            sys.exit(err.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
 
 
 @click.group(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,13 +21,10 @@ catalog_option = click.option(
 
 
 def emit_json(obj: object) -> None:
-    click.echo(json.dumps(obj, indent=2, sort_keys=True, default=_default))
+    """``--json`` output: strict JSON (NaN and ±inf are null), sorted keys (agentx.io)."""
+    from agentx.io import dumps_json
 
-
-def _default(o: object) -> object:
-    if hasattr(o, "item"):
-        return o.item()
-    return str(o)
+    click.echo(dumps_json(obj))
 
 
 def format_table(df: pl.DataFrame, *, float_digits: int = 4) -> str:

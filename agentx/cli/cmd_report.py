@@ -32,7 +32,7 @@ def command(paths, output, png_dir, quiet) -> None:
     if output.suffix.lower() not in (".html", ".htm"):
         # Also keeps a report from posing as a table (.parquet) or manifest inside a run folder.
         raise UsageError(f"the report is HTML; name the output *.html, got '{output.name}'")
-    ensure_distinct(output, paths)
+    ensure_distinct(output, paths, inside_ok=True)  # a report may sit beside its run
     progress_bar = False if quiet else None
     for path in write_report(paths, output, png_dir=png_dir, progress_bar=progress_bar):
         if not quiet:

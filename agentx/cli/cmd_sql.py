@@ -72,44 +72,38 @@ def run_result(
     sql: str, traces: list[Path], runs: list[Path], fmt: str, output: Path | None
 ) -> None:
     from agentx.analysis.views import open_db
-    from agentx.io import ensure_distinct, write_parquet_atomic, write_text_atomic
+    from agentx.io import check_output, write_parquet_atomic, write_text_atomic
 
+    inputs = [*traces, *runs]
     if output is not None:
-        inputs = [*traces, *runs]
-        ensure_distinct(output, inputs)
-        for r in runs:
-            if r.is_dir() and r.resolve() in output.resolve().parents:
-                raise UsageError(
-                    f"output path '{output}' lies inside the run folder '{r}'; choose another -o"
-                )
+        check_output(output, inputs)
     with open_db(traces, runs) as db:
-        df = db.query(sql)
+        df = db.query(sql, fmt)
     if fmt == "parquet":
-        write_parquet_atomic(df, output)
+        write_parquet_atomic(df, output, inputs=inputs)
         return
     text = render(df, fmt)
     if output is None:
         click.echo(text, nl=not text.endswith("\n"))
     else:
-        write_text_atomic(output, text if text.endswith("\n") else text + "\n")
+        write_text_atomic(output, text if text.endswith("\n") else text + "\n", inputs=inputs)
 
 
 def render(df: pl.DataFrame, fmt: str) -> str:
+
     if fmt == "csv":
         return df.write_csv()
     if fmt == "json":
-        # NaN and ±inf are not JSON: they become null, as in pandas' and polars' JSON writers.
-        floats = [c for c, t in df.schema.items() if t.is_float()]
-        clean = df.with_columns(
-            pl.when(pl.col(c).is_finite()).then(pl.col(c)).alias(c) for c in floats
-        )
-        return json.dumps(clean.to_dicts(), indent=2, default=_json_value, allow_nan=False) + "\n"
+        # NaN and ±inf are not JSON: they become null at any depth, as in pandas' and polars'
+        # JSON writers; key order is the query's column order.
+        rows = [strict_row(r) for r in df.iter_rows(named=True)]
+        return json.dumps(rows, indent=2, allow_nan=False) + "\n"
     # format_table prints bools as integers (bool is an int); SQL users expect true/false.
     bools = [pl.col(c).cast(pl.String) for c, t in df.schema.items() if t == pl.Boolean]
     return format_table(df.with_columns(bools) if bools else df)
 
 
-def _json_value(o: object) -> object:
-    if hasattr(o, "isoformat"):
-        return o.isoformat()
-    return str(o)
+def strict_row(row: dict) -> dict:
+    from agentx.io import strict_json
+
+    return {k: strict_json(v) for k, v in row.items()}
