@@ -88,7 +88,7 @@ def command(trace, hw, model_name, gpus, kv_precision, block_size_tokens, policy
     (HBM, DRAM, SSD) grows while the other two keep their configured size: one exact LRU
     stack pass over every KV block reference of TRACE (SEED-5, 7, 13)."""
     from agentx.catalog import load_catalog
-    from agentx.io import ensure_distinct, write_parquet_atomic
+    from agentx.io import check_output, write_parquet_atomic
     from agentx.kv import capacities_for
     from agentx.kv.blocks import MAX_REFS
     from agentx.kv.curve import curve as kv_curve
@@ -96,7 +96,7 @@ def command(trace, hw, model_name, gpus, kv_precision, block_size_tokens, policy
     from agentx.traces.io import read_trace
 
     if output is not None:
-        ensure_distinct(output, [trace])
+        check_output(output, [trace, *catalog_files])
         if output.suffix != ".parquet" and output.exists() and not output.is_dir():
             raise UsageError(
                 f"-o {output} is a file; give a run directory, or a name ending in .parquet "
@@ -122,13 +122,14 @@ def command(trace, hw, model_name, gpus, kv_precision, block_size_tokens, policy
         meta = {
             "agentx.kv_curve": f"{hw} {model_name} gpus={cfg.gpus} policy={policy} {write_policy}"
         }
-        write_parquet_atomic(curve, output, meta)
+        write_parquet_atomic(curve, output, meta, inputs=[trace, *catalog_files])
     elif output is not None:
         from agentx.runs import write_run
 
         summary = {"hw": hw, "model": model_name, "gpus": cfg.gpus, "kv_tiers": kv}
         write_run(output, "kv-curve", {"kv_curve": curve}, summary=summary,
-                  inputs={"trace": trace}, config=config, catalog_version=cat.version)  # fmt: skip
+                  inputs={"trace": trace}, config=config, catalog_version=cat.version,
+                  guard=catalog_files)  # fmt: skip
     note = kv["block_size_note"]
     if note and not quiet:
         click.echo(f"note: {note}", err=True)

@@ -123,6 +123,10 @@ def command(
 
     if decode_batch is not None and interactivity is not None:
         raise UsageError("give --decode-batch or --interactivity, not both")
+    if run_dir is not None:  # refuse a bad -o before the work, not after
+        from agentx.io import check_output
+
+        check_output(run_dir, [trace, *catalog_files])
     cat = load_catalog(catalog_files)
     cfg = make_config(
         cat,
@@ -184,6 +188,7 @@ def command(
             inputs={"trace": trace},
             config=config,
             catalog_version=cat.version,
+            guard=catalog_files,
         )
     phases.done()
     if as_json:

@@ -131,9 +131,16 @@ def command(
     ):
         if not v > 0:
             raise UsageError(f"{name} must be positive, got {v}")
+    from agentx.io import check_output
+
+    check_output(run_dir, [trace, *catalog_files])
     phases = Phases("simulate", 3, enabled=False if quiet else None)
     phases.step("reading the trace")
     tr = read_trace(trace)
+    if tr.calls.height == 0:
+        from agentx.errors import InputError
+
+        raise InputError(trace, "the trace holds no calls; nothing to simulate")
     cat = load_catalog(catalog_files)
     pol = AdmissionPolicy(policy, tpot_target_s=tpot_target_s)
     cfg = SimConfig(
@@ -165,6 +172,7 @@ def command(
             "policy": s["policy_params"],
         },
         catalog_version=cat.version,
+        guard=catalog_files,
     )
     phases.done()
     if as_json:

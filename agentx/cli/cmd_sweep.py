@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 import polars as pl
 
@@ -44,9 +46,12 @@ def command(scenario, hw, gpus, model_name, catalog_files, run_dir, as_json, qui
     from agentx.dynamics.sweep import load_scenario, sweep
     from agentx.dynamics.verdicts import seed_verdicts
     from agentx.errors import UsageError
+    from agentx.io import check_output
     from agentx.progress import Phases
     from agentx.runs import write_run
 
+    scenario_file = scenario if scenario and Path(scenario).exists() else None
+    check_output(run_dir, [scenario_file, *catalog_files])
     sc, label = load_scenario(scenario) if scenario else ({"checks": {}}, None)
     systems = _names(hw) or sc.get("systems")
     try:
@@ -81,6 +86,7 @@ def command(scenario, hw, gpus, model_name, catalog_files, run_dir, as_json, qui
         summary=summary,
         config={"scenario": label, "systems": systems, "gpus": counts, "model": model, **extra},
         catalog_version=cat.version,
+        guard=[scenario_file, *catalog_files],
     )
     phases.done()
     if as_json:

@@ -59,7 +59,7 @@ def command(output, sessions, calls, seed, rate_per_s, context_limit_tokens, lik
     --like they are fitted to a real trace and a real-vs-synthetic table (p50/p90/p99 and
     the Kolmogorov–Smirnov distance) is printed.
     """
-    from agentx.io import ensure_distinct
+    from agentx.io import check_output
     from agentx.traces.fit import fit_params, fit_report, share_report
     from agentx.traces.io import read_trace, write_trace
     from agentx.traces.synth import SynthParams, synthesize
@@ -75,8 +75,7 @@ def command(output, sessions, calls, seed, rate_per_s, context_limit_tokens, lik
         raise UsageError(
             f"--rate-per-s must be a positive number of sessions per second, got {rate_per_s}"
         )
-    if like is not None:
-        ensure_distinct(output, [like])
+    check_output(output, [like])
     started = time.perf_counter()
     params = SynthParams()
     real = None
@@ -97,7 +96,7 @@ def command(output, sessions, calls, seed, rate_per_s, context_limit_tokens, lik
     if sessions is None and calls is None:
         sessions = DEFAULT_SESSIONS
     trace = synthesize(sessions, n_calls=calls, seed=seed, params=params)
-    write_trace(trace, output)
+    write_trace(trace, output, inputs=[like])
     summary = _summary(trace.calls, output, time.perf_counter() - started)
     fit = shares = None
     if real is not None:

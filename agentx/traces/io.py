@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -41,11 +42,12 @@ def trace_metadata(
     }
 
 
-def write_trace(trace: Trace, path: os.PathLike | str) -> None:
+def write_trace(trace: Trace, path: os.PathLike | str, inputs: Iterable = ()) -> None:
+    """Validate and write atomically; ``inputs`` may not be overwritten or enclose ``path``."""
     df = S.conform(trace.calls)
     S.validate(df, path)
     meta = {S.META_SCHEMA_VERSION: S.SCHEMA_VERSION, **trace.meta}
-    write_parquet_atomic(df, path, meta)
+    write_parquet_atomic(df, path, meta, inputs=inputs)
 
 
 RAW_SUFFIXES = (".json", ".json.gz", ".jsonl", ".csv", ".gz")
@@ -74,4 +76,5 @@ def read_trace(path: os.PathLike | str, *, validate: bool = True) -> Trace:
         )
     if validate:
         S.validate(df, path)
+        df = S.conform(df)  # a column of null type (all values absent) gets its real type
     return Trace(df, meta)

@@ -177,6 +177,10 @@ def validate(df: pl.DataFrame, path: object = "<trace>") -> None:
             raise InputError(path, f"expected type {col.dtype}, got {got}", field=col.name)
     if df.height == 0:
         return
+    # a column of null type (every value absent) is checked as the type it stands for
+    df = df.with_columns(
+        pl.col(c.name).cast(c.dtype) for c in COLUMNS if isinstance(df.schema[c.name], pl.Null)
+    )
     for col in COLUMNS:
         if not col.nullable:
             bad = df[col.name].is_null()

@@ -135,8 +135,10 @@ def read_for_stats(path) -> Trace:
     import pyarrow.parquet as pq
 
     from agentx.errors import InputError
+    from agentx.io import decode_metadata, regular_file
     from agentx.traces.io import read_trace
 
+    regular_file(path, "Parquet file")
     try:
         pf = pq.ParquetFile(path)
         names = pf.schema_arrow.names
@@ -149,13 +151,11 @@ def read_for_stats(path) -> Trace:
     except (pa.ArrowException, OSError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(path, f"not a readable Parquet file ({first})") from None
-    raw = pf.schema_arrow.metadata or {}
-    meta = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in raw.items()}
-    meta.pop("ARROW:schema", None)
+    meta = decode_metadata(pf.schema_arrow.metadata)
+    table = table.replace_schema_metadata(None)  # polars panics on non-UTF-8 metadata
     version = meta.get(S.META_SCHEMA_VERSION)
     if version != S.SCHEMA_VERSION:
         return read_trace(path)  # the common reader explains what is wrong with the version
     df = pl.from_arrow(table).with_columns(pl.lit(None, pl.List(pl.UInt64)).alias("block_hashes"))
-    df = S.conform(df)
     S.validate(df, path)
-    return Trace(df, meta)
+    return Trace(S.conform(df), meta)

@@ -11,7 +11,7 @@ import inspect
 from pathlib import Path
 
 from agentx.errors import InputError, UnknownNameError, UsageError
-from agentx.io import ensure_distinct
+from agentx.io import check_output
 from agentx.traces.io import Trace, write_trace
 
 # format name -> (module, loader function, one-line description for --help)
@@ -65,12 +65,9 @@ def load_trace(fmt: str, source: Path | str, **options) -> Trace:
 def import_trace(fmt: str, source: Path | str, out: Path | str, **options) -> Trace:
     """Import ``source`` and write the trace to ``out`` atomically; returns the trace."""
     loader(fmt)
-    ensure_distinct(out, [source])
+    check_output(out, [source])
     trace = load_trace(fmt, source, **options)
-    try:
-        write_trace(trace, out)
-    except OSError as exc:  # an unwritable place, not a bug: one line, exit 1
-        raise InputError(out, f"cannot write the trace here ({exc.strerror or exc})") from None
+    write_trace(trace, out, inputs=[source])
     return trace
 
 
