@@ -103,6 +103,9 @@ class SystemSpec:
     calibrated_hbm_scale: float = 1.0
     calibrated_comm_scale: float = 1.0
     calibrated_floor_scale: float = 1.0
+    # Serving-stack time per request outside the GPU roofline (HTTP, tokenizer, scheduler and
+    # detokenizer hops), added to TTFT; 0 in the built-in catalog, fitted by agentx calibrate.
+    calibrated_request_overhead_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,7 @@ def steady_state(
         X_est = N / np.maximum(ttft_svc + (osl - 1.0) * np.maximum(tpot, t_d / g), 1e-9)
         u = np.minimum(X_est * isl * t_mix / chunk, 0.98)
         wait = u / (2.0 * (1.0 - u)) * svc
-        new_ttft = t_d / 2.0 + wait + svc
+        new_ttft = t_d / 2.0 + wait + svc + cfg.system.calibrated_request_overhead_s
         rho = np.minimum(X_est * isl * per_token, 0.98)
         new_tpot = t_d / (1.0 - rho) / g
         ttft_svc = 0.5 * ttft_svc + 0.5 * new_ttft if i else new_ttft
@@ -190,7 +190,7 @@ def disaggregated_steady_state(
         X_est = C / np.maximum(ttft + (osl - 1.0) * np.maximum(tpot, new_tpot), 1e-9)
         u = np.minimum(X_est * isl / cap_tok_s, 0.98)
         wait = u / (2.0 * (1.0 - u)) * svc
-        new_ttft = wait + svc + xfer + t_d
+        new_ttft = wait + svc + xfer + t_d + decode_cfg.system.calibrated_request_overhead_s
         ttft = 0.5 * ttft + 0.5 * new_ttft if i else new_ttft
         tpot = 0.5 * tpot + 0.5 * new_tpot if i else new_tpot
         X = C / (ttft + (osl - 1.0) * tpot)
