@@ -11,7 +11,8 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-GB = 1e9
+from agentx.units import GB
+
 LINKS = ("ssd_to_dram", "dram_to_hbm", "hbm_to_dram", "dram_to_ssd")
 # Replays split decode into attention and experts; sweeps report it as one "decode" stage.
 STAGE_ORDER = ["prefill", "midfill", "decode", "decode_attention", "decode_experts"]

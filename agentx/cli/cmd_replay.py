@@ -21,9 +21,9 @@ from agentx.cli._common import (
     trace_argument,
 )
 from agentx.errors import UsageError
+from agentx.fmt import num
 from agentx.progress import Phases
-
-GB = 1e9
+from agentx.units import GB
 
 
 @click.command(
@@ -204,23 +204,24 @@ def _print(result) -> None:
         "energy_share",
         "j_per_output_token",
         "arithmetic_intensity",
-        (pl.col("hbm_bytes") / GB).alias("hbm_gb"),
-        (pl.col("comm_bytes") / GB).alias("comm_gb"),
+        # traffic moved, not capacity (that is the footprint table below)
+        (pl.col("hbm_bytes") / GB).alias("hbm_traffic_gb"),
+        (pl.col("comm_bytes") / GB).alias("link_traffic_gb"),
     )
     click.echo(
-        f"{s['model']} on {s['layout']}: {s['calls']:,} calls, {s['tokens']['output_tokens']:,} output tokens"
+        f"{s['model']} on {s['layout']}: {num(s['calls'])} calls, {num(s['tokens']['output_tokens'])} output tokens"
     )
     if "interactivity" in s:
         op = s["interactivity"]
         click.echo(
-            f"decode batch {op['decode_batch']} for {op['target_tokens_per_s_per_user']:g} tokens/s per user "
-            f"at {op['context_tokens']:,.0f} tokens of context ({op['tokens_per_s_per_user']:.1f} reached; "
+            f"decode batch {op['decode_batch']} for {num(op['target_tokens_per_s_per_user'])} tokens/s per user "
+            f"at {num(op['context_tokens'])} tokens of context ({num(op['tokens_per_s_per_user'])} reached; "
             f"limited by {op['limited_by']})"
         )
     print_table(st)
     click.echo(
-        f"total {s['total_time_s']:.4g} instance-s, {s['total_energy_j']:.4g} J, "
-        f"{s['j_per_output_token']:.4g} J per output token"
+        f"total {num(s['total_time_s'])} instance-s, {num(s['total_energy_j'])} J, "
+        f"{num(s['j_per_output_token'])} J per output token"
     )
     click.echo("")
     print_table(
@@ -228,6 +229,6 @@ def _print(result) -> None:
     )
     verdict = "fits" if s["kv_fits_in_hbm"] else "does NOT fit"
     click.echo(
-        f"HBM peak per GPU {s['hbm_peak_bytes_per_gpu'] / GB:.1f} GB of {s['hbm_capacity_bytes_per_gpu'] / GB:.0f} GB "
-        f"({verdict}; {s['kv_resident_sequences']:.0f} sequences, {s['kv_resident_tokens']:,.0f} tokens resident)"
+        f"HBM peak per GPU {num(s['hbm_peak_bytes_per_gpu'] / GB)} GB of {num(s['hbm_capacity_bytes_per_gpu'] / GB)} GB "
+        f"({verdict}; {num(s['kv_resident_sequences'])} sequences, {num(s['kv_resident_tokens'])} tokens resident)"
     )

@@ -20,6 +20,7 @@ from agentx.cli._common import (
     trace_argument,
 )
 from agentx.dynamics.admission import POLICIES
+from agentx.units import GB
 
 
 @click.command(
@@ -198,7 +199,7 @@ def _print(s: dict) -> None:
         ("mean utilisation / power W", f"{s['mean_utilisation']:.3f} / {s['mean_power_w']:,.0f}"),
         (
             "KV moved GB / link busy s",
-            f"{s['kv_moved_bytes'] / 1e9:,.1f} / {s['kv_transfer_s']:.4g}",
+            f"{s['kv_moved_bytes'] / GB:,.1f} / {s['kv_transfer_s']:.4g}",
         ),
         ("preemptions", f"{s['preemptions']:,}"),
         ("pool resizes (fill GPUs at the end)", f"{s['pool_resizes']} ({s['final_fill_gpus']})"),
