@@ -8,11 +8,14 @@ import click
 import polars as pl
 
 from agentx.cli._common import (
+    apply_over_context,
     catalog_option,
     emit_json,
     hw_option,
     json_option,
+    load_scale_option,
     model_option,
+    over_context_option,
     pools_option,
     precision_option,
     print_table,
@@ -85,6 +88,8 @@ from agentx.units import GB
     show_default=True,
     help="Place KV blocks in HBM/DRAM/SSD (agentx.kv): reloads and recomputes enter the fills.",
 )
+@load_scale_option
+@over_context_option
 @catalog_option
 @run_dir_option("calls, stages, footprint, summary.json")
 @json_option
@@ -106,6 +111,8 @@ def command(
     routing_skew,
     pools,
     kv_tiers,
+    load_scale,
+    over_context,
     catalog_files,
     run_dir,
     as_json,
@@ -120,6 +127,7 @@ def command(
     from agentx.replay.config import make_config
     from agentx.replay.replay import replay_trace
     from agentx.traces.io import read_trace
+    from agentx.traces.transform import scale_load
 
     if decode_batch is not None and interactivity is not None:
         raise UsageError("give --decode-batch or --interactivity, not both")
@@ -143,6 +151,8 @@ def command(
     phases = Phases("replay", 4, enabled=False if quiet else None)
     phases.step("reading the trace")
     tr = read_trace(trace)
+    tr, context = apply_over_context(tr, cfg.model.max_context_tokens, over_context, quiet=quiet)
+    tr = scale_load(tr, load_scale)
     operating_point = None
     if interactivity is not None:
         from agentx.replay.interactivity import decode_context_tokens, with_interactivity
@@ -163,6 +173,8 @@ def command(
         click.echo(f"note: {note}", err=True)
     if operating_point is not None:
         result.summary["interactivity"] = operating_point
+    if over_context != "warn":
+        result.summary["over_context"] = context
     if run_dir is not None:
         from agentx.runs import write_run
 
@@ -173,6 +185,7 @@ def command(
             "interactivity_tokens_per_s_per_user": interactivity,
             "prefill_chunk_tokens": cfg.prefill_chunk_tokens, "routing_skew": cfg.routing_skew,
             "pools": cfg.pools, "kv_tiers": kv is not None,
+            "load_scale": load_scale, "over_context": over_context,
             "efficiencies": dataclasses.asdict(cfg.efficiencies),
         }  # fmt: skip
         phases.step("writing the run")

@@ -127,11 +127,12 @@ def evaluate(cfg, load: Load, slo: dict[str, float], price: float | None) -> dic
     ctx = decode_context_tokens(load.calls)
     tpot = slo.get("tpot_p99", 10.0)  # no TPOT limit: the largest batch whose KV fits
     batch, op = batch_for_interactivity(cfg, 1.0 / tpot, max(ctx, 1.0))
-    import dataclasses
+    cfg, s = _largest_fitting_batch(cfg, load.calls, batch, replay_trace)
+    batch = cfg.decode_batch
+    if batch != op["decode_batch"]:
+        from agentx.replay.interactivity import decode_step_time_s
 
-    cfg = dataclasses.replace(cfg, decode_batch=batch)
-    res = replay_trace(load.calls, cfg)
-    s = res.summary
+        op = {**op, "step_time_s": float(decode_step_time_s(cfg, [batch], max(ctx, 1.0))[0])}
     busy_s = s["total_time_s"] * load.scale
     instances = max(1, math.ceil(busy_s / load.duration_s - 1e-9))
     gpus = instances * cfg.gpus
@@ -170,6 +171,30 @@ def evaluate(cfg, load: Load, slo: dict[str, float], price: float | None) -> dic
         "_cfg": cfg,
         "_ctx": ctx,
     }
+
+
+def _largest_fitting_batch(cfg, calls, batch: int, replay_trace):
+    """``cfg`` at the largest decode batch ≤ ``batch`` whose replayed HBM peak fits, and its
+    replay summary. The TPOT search sizes KV at the mean context; the replay's peak holds the
+    trace's real contexts, so it can be larger. Resident KV grows with the batch: bisect."""
+    import dataclasses
+
+    def run(b: int):
+        c = dataclasses.replace(cfg, decode_batch=int(b))
+        return c, replay_trace(calls, c).summary
+
+    best = run(batch)
+    if best[1]["kv_fits_in_hbm"] or batch <= 1:
+        return best
+    lo, hi, fit = 1, batch - 1, None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        c, s = run(mid)
+        if s["kv_fits_in_hbm"]:
+            fit, lo = (c, s), mid + 1
+        else:
+            hi = mid - 1
+    return fit or run(1)
 
 
 def frontier_points(row: dict) -> pl.DataFrame:

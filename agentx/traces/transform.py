@@ -65,8 +65,8 @@ def scale_load(trace: Trace, k: float) -> Trace:
                 t_start_s=pl.col("t_start_s") + gap * j / copies,
             )
         parts.append(part)
-    out = pl.concat(parts).sort("t_start_s", "session_id", "call_index", maintain_order=True)
-    return Trace(out, dict(trace.meta))
+    # rows stay grouped by session in call order (the schema's invariant); copies follow
+    return Trace(pl.concat(parts), dict(trace.meta))
 
 
 def over_context(calls: pl.DataFrame, limit_tokens: int) -> pl.Series:
@@ -100,7 +100,10 @@ def fit_context(trace: Trace, limit_tokens: int, mode: str = "warn") -> tuple[Tr
             field="input_tokens",
         )
     if mode == "drop":
-        out = df.filter(~over)
+        # the calls left keep their order; call_index is renumbered to stay contiguous
+        out = df.filter(~over).with_columns(
+            call_index=pl.int_range(pl.len()).over("session_id").cast(pl.Int64)
+        )
         return Trace(out, dict(trace.meta)), {
             **rec,
             "calls_over_after": 0,
