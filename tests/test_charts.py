@@ -153,7 +153,20 @@ def test_context_growth_marks_compactions(db):
 def test_hit_ratio_curve_and_sim(db):
     curve = db.query("SELECT * FROM kv_curve")
     spec = C.hit_ratio_curve(curve).to_dict()
-    assert spec["encoding"]["x"]["scale"]["type"] == "symlog" and len(data_of(spec)) == curve.height
+    line = spec["layer"][0]
+    assert line["encoding"]["x"]["scale"]["type"] == "symlog"
+    assert len(data_of(spec, 0)) == curve.height
+    assert 0.9 in line["encoding"]["y"]["axis"]["values"]  # the 90 % point is labelled
+    # per GPU when the run's GPU count is known, with the configured capacity as a rule
+    per_gpu = curve.with_columns(gpus=pl.lit(8))
+    marks = pl.DataFrame({"tier": ["hbm"], "capacity_gb": [100.0]})
+    spec = C.hit_ratio_curve(per_gpu, configured=marks).to_dict()
+    rows = pl.DataFrame(data_of(spec, 0))
+    want = curve.sort("tier", "capacity_bytes")["capacity_bytes"] / 1e9 / 8
+    assert rows["capacity_gb"].to_list() == pytest.approx(want.to_list())
+    assert spec["layer"][1]["mark"]["type"] == "rule"
+    assert data_of(spec, 1) == [{"tier": "hbm", "capacity_gb": 100.0}]
+    assert "per GPU" in spec["title"]
     ts = db.query("SELECT * FROM sim_timeseries")
     spec = C.sim_timeseries(ts, max_points=5000).to_dict()
     assert spec["resolve"]["scale"]["y"] == "independent"
@@ -163,6 +176,22 @@ def test_hit_ratio_curve_and_sim(db):
     assert small.height == 100 * 4
     power = small.filter(pl.col("metric") == "power_w")["value"].mean()
     assert power == pytest.approx(ts["power_w"].mean(), rel=1e-9)
+
+
+def test_frontier_draws_every_point_per_system():
+    pts = pl.DataFrame(
+        {
+            "hw": ["gb200", "gb200", "b300"],
+            "layout": ["a", "a", "b"],
+            "decode_batch": [64, 8, 16],
+            "tok_s_per_user": [20.0, 80.0, 40.0],
+            "output_tok_s_per_gpu": [900.0, 200.0, 400.0],
+        }
+    )
+    spec = C.frontier(pts).to_dict()
+    assert spec["encoding"]["x"]["scale"]["type"] == "log"
+    assert spec["encoding"]["color"]["field"] == "hw"
+    assert pl.DataFrame(data_of(spec))["output_tok_s_per_gpu"].sum() == 1500.0
 
 
 def test_missing_columns_say_which():

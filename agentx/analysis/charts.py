@@ -11,7 +11,8 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-GB = 1e9
+from agentx.units import GB
+
 LINKS = ("ssd_to_dram", "dram_to_hbm", "hbm_to_dram", "dram_to_ssd")
 # Replays split decode into attention and experts; sweeps report it as one "decode" stage.
 STAGE_ORDER = ["prefill", "midfill", "decode", "decode_attention", "decode_experts"]
@@ -226,33 +227,93 @@ def context_growth(calls: pl.DataFrame, max_sessions: int = 12) -> alt.LayerChar
     )
 
 
-def hit_ratio_curve(kv_curve: pl.DataFrame, by: str | None = None) -> alt.Chart:
-    """KV hit ratio against tier capacity, one curve per tier (SEED-13: past 'enough' it flattens)."""
+def hit_ratio_curve(
+    kv_curve: pl.DataFrame, by: str | None = None, configured: pl.DataFrame | None = None
+) -> alt.LayerChart:
+    """KV hit ratio against tier capacity per GPU, one curve per tier (SEED-13: past 'enough'
+    it flattens), with each tier's configured capacity marked by a vertical rule.
+
+    ``kv_curve`` may carry ``gpus`` (the run's GPU count): capacities are then per GPU, as a
+    planner buys them; without it they are the whole system's. ``configured`` (tier,
+    capacity_gb and ``by``) draws the rules.
+    """
     _need(kv_curve, ["tier", "capacity_bytes", "hit_ratio"], "hit_ratio_curve")
+    per_gpu = "gpus" in kv_curve.columns
     cols = ["tier", "capacity_bytes", "hit_ratio"] + ([by] if by else [])
+    div = pl.col("gpus") if per_gpu else pl.lit(1)
     df = (
-        kv_curve.select(cols).with_columns(capacity_gb=pl.col("capacity_bytes") / GB).sort(cols[:2])
+        kv_curve.with_columns(capacity_gb=pl.col("capacity_bytes") / GB / div)
+        .select(*cols, "capacity_gb")
+        .sort(cols[:2])
     )
+    where = "per GPU" if per_gpu else "whole system"
     enc = {
         # symlog, not log: kv-curve starts at capacity 0 (everything recomputed), which a log
         # axis cannot place (Vega warns and drops it).
         "x": alt.X(
-            "capacity_gb:Q", title="tier capacity (GB, symlog)", scale=alt.Scale(type="symlog")
+            "capacity_gb:Q",
+            title=f"tier capacity, GB {where} (symlog)",
+            scale=alt.Scale(type="symlog"),
         ),
-        "y": alt.Y("hit_ratio:Q", title="hit ratio", axis=alt.Axis(format="%")),
-        "color": "tier:N",
+        # explicit ticks so 90 % (where a planner usually reads the curve) is always labelled
+        "y": alt.Y(
+            "hit_ratio:Q",
+            title="hit ratio",
+            axis=alt.Axis(format="%", values=[0, 0.25, 0.5, 0.75, 0.9, 1.0]),
+            scale=alt.Scale(domain=[0, 1]),
+        ),
+        "color": alt.Color("tier:N", sort=["hbm", "dram", "ssd"]),
         "tooltip": [
             "tier",
-            alt.Tooltip("capacity_gb:Q", format=".1f"),
+            alt.Tooltip("capacity_gb:Q", format=",.1f", title="GB"),
             alt.Tooltip("hit_ratio:Q", format=".1%"),
         ],
     }
     if by:
         enc["strokeDash"] = f"{by}:N"
+    layers = [alt.Chart(df).mark_line(point=True).encode(**enc)]
+    if configured is not None and configured.height:
+        layers.append(
+            alt.Chart(configured)
+            .mark_rule(strokeDash=[4, 3], size=2)
+            .encode(
+                x="capacity_gb:Q",
+                color=alt.Color("tier:N", sort=["hbm", "dram", "ssd"]),
+                tooltip=[
+                    "tier",
+                    alt.Tooltip("capacity_gb:Q", format=",.1f", title="configured GB"),
+                ],
+            )
+        )
+    title = f"KV hit ratio against capacity {where} (dashed: configured capacity)"
+    return alt.layer(*layers, title=title)
+
+
+def frontier(points: pl.DataFrame) -> alt.Chart:
+    """Output tokens/s per GPU against tokens/s per user, one line per system: the Pareto
+    frontier ``agentx compare`` finds (the chart public inference benchmarks publish)."""
+    _need(points, ["hw", "tok_s_per_user", "output_tok_s_per_gpu"], "frontier")
+    by = ["run", "hw"] if "run" in points.columns else ["hw"]
+    df = points.select(
+        *by,
+        *[c for c in ("layout", "decode_batch") if c in points.columns],
+        "tok_s_per_user",
+        "output_tok_s_per_gpu",
+    ).sort(*by, "tok_s_per_user")
     return (
-        alt.Chart(df, title="KV hit ratio against capacity per tier")
+        alt.Chart(df, title="Output tokens/s per GPU against tokens/s per user (Pareto frontier)")
         .mark_line(point=True)
-        .encode(**enc)
+        .encode(
+            x=alt.X("tok_s_per_user:Q", title="tokens/s per user", scale=alt.Scale(type="log")),
+            y=alt.Y(
+                "output_tok_s_per_gpu:Q",
+                title="output tokens/s per GPU",
+                scale=alt.Scale(type="log"),
+            ),
+            color=alt.Color("hw:N", title="system"),
+            order="tok_s_per_user:Q",
+            tooltip=[c for c in df.columns if c != "run"],
+        )
     )
 
 

@@ -144,29 +144,13 @@ def collect_sections(db: Database) -> list[Section]:
     return out
 
 
-def _fmt(v: object) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        if v != v:
-            return "NaN"
-        if v == 0 or 1e-3 <= abs(v) < 1e6:
-            return f"{v:,.4g}"
-        return f"{v:.3e}"
-    if isinstance(v, int):
-        return f"{v:,}"
-    return str(v)
-
-
 def table_html(df: pl.DataFrame, max_rows: int = 200) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
     num = [df.schema[c].is_numeric() for c in df.columns]
     rows = []
     for rec in df.head(max_rows).iter_rows():
         cells = "".join(
-            f'<td class="{"n" if n else "s"}">{html.escape(_fmt(x))}</td>'
+            f'<td class="{"n" if n else "s"}">{html.escape(num(x))}</td>'
             for x, n in zip(rec, num, strict=True)
         )
         rows.append(f"<tr>{cells}</tr>")

@@ -33,6 +33,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("kv-curve", "agentx.cli.cmd_kvcurve"),
     ("sweep", "agentx.cli.cmd_sweep"),
     ("simulate", "agentx.cli.cmd_simulate"),
+    ("compare", "agentx.cli.cmd_compare"),
     ("sql", "agentx.cli.cmd_sql"),
     ("report", "agentx.cli.cmd_report"),
     ("validate", "agentx.cli.cmd_validate"),

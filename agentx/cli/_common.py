@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 import click
 import polars as pl
+
+from agentx.fmt import frame as format_table  # the one formatter (agentx.fmt); sql uses it too
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress output.")
@@ -25,39 +26,6 @@ def emit_json(obj: object) -> None:
     from agentx.io import dumps_json
 
     click.echo(dumps_json(obj))
-
-
-def format_table(df: pl.DataFrame, *, float_digits: int = 4) -> str:
-    """A plain aligned text table (no box drawing, so it pastes cleanly)."""
-    cols = df.columns
-    rows: list[list[str]] = []
-    for rec in df.iter_rows():
-        rows.append([_cell(v, float_digits) for v in rec])
-    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
-    numeric = [df.schema[c].is_numeric() for c in cols]
-
-    def line(vals: Sequence[str]) -> str:
-        return "  ".join(
-            v.rjust(w) if n else v.ljust(w) for v, w, n in zip(vals, widths, numeric, strict=True)
-        ).rstrip()
-
-    out = [line(cols), line(["-" * w for w in widths])]
-    out += [line(r) for r in rows]
-    return "\n".join(out)
-
-
-def _cell(v: object, digits: int) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        if v == 0:
-            return "0"
-        if abs(v) >= 1e6 or abs(v) < 1e-3:
-            return f"{v:.{digits - 1}e}"
-        return f"{v:,.{digits}g}" if abs(v) < 1e4 else f"{v:,.0f}"
-    if isinstance(v, int):
-        return f"{v:,}"
-    return str(v)
 
 
 def print_table(df: pl.DataFrame) -> None:
@@ -126,3 +94,47 @@ trace_argument = click.argument("trace", type=click.Path(dir_okay=False, path_ty
 hw_option = click.option(
     "--hw", required=True, help="System name (agentx hw list), e.g. gb200, h200, b200, b300."
 )
+
+
+# Trace transforms shared by replay, simulate and compare (agentx.traces.transform).
+load_scale_option = click.option(
+    "--load-scale",
+    type=float,
+    default=1.0,
+    show_default=True,
+    metavar="K",
+    help="Multiply the offered load by K: every session replicated with fresh ids (not time "
+    "compressed: agents keep their own think and tool times; docs/planner.md).",
+)
+over_context_option = click.option(
+    "--over-context",
+    type=click.Choice(["warn", "compact", "drop", "error"]),
+    default="warn",
+    show_default=True,
+    help="Calls whose input + output tokens pass the model's context: compact at the limit as "
+    "agents do (SEED-6), drop them, stop with an error, or price them as they are and warn.",
+)
+
+
+def apply_over_context(trace, limit_tokens: int, mode: str, *, quiet: bool = False):
+    """``trace`` with calls over the model's context handled by ``mode``; says what it did."""
+    from agentx.traces.transform import fit_context
+
+    out, rec = fit_context(trace, limit_tokens, mode)
+    # the warning is not progress: it prints even with --quiet
+    if rec["calls_over"] and (mode == "warn" or not quiet):
+        n, lim = f"{rec['calls_over']:,}", f"{limit_tokens:,}"
+        msg = {
+            "warn": f"warning: {n} calls need more than the model's {lim}-token context and are "
+            "priced as they are (--over-context compact|drop|error)",
+            "compact": f"note: {n} calls were over the {lim}-token context; "
+            f"{rec['compactions']:,} compactions added (SEED-6)",
+            "drop": f"note: dropped {n} calls over the {lim}-token context",
+        }[mode]
+        click.echo(msg, err=True)
+    return out, rec
+
+
+def parse_names(value: str | None) -> list[str] | None:
+    """``"a, b,c"`` → ``["a", "b", "c"]`` (None stays None)."""
+    return None if value is None else [v.strip() for v in value.split(",") if v.strip()]

@@ -8,6 +8,7 @@ import click
 import polars as pl
 
 from agentx.cli._common import catalog_option, emit_json, json_option, print_table
+from agentx.units import GB
 
 
 @click.group("hw", epilog="Example: agentx hw show gb200 --json")
@@ -31,13 +32,13 @@ def list_cmd(catalog_files, as_json) -> None:
             "name": s.name,
             "chip": s.chip.display_name,
             "scale_up_gpus": s.scale_up_domain_gpus,
-            "hbm_gb": s.chip.hbm_bytes / 1e9,
+            "hbm_gb": s.chip.hbm_bytes / GB,
             "hbm_tb_per_s": s.chip.hbm_bytes_per_s / 1e12,
             "bf16_tflops": s.chip.bf16_flops_per_s / 1e12,
             "fp8_tflops": _scaled(s.chip.fp8_flops_per_s, 1e12),
             "fp4_tflops": _scaled(s.chip.fp4_flops_per_s, 1e12),
             "tdp_w": s.chip.tdp_w,
-            "scale_up_gb_per_s": s.scale_up_bytes_per_s / 1e9,
+            "scale_up_gb_per_s": s.scale_up_bytes_per_s / GB,
             "host_link": s.host_link,
         }
         for s in cat.systems.values()

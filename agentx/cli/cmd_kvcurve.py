@@ -16,8 +16,7 @@ from agentx.cli._common import (
     quiet_option,
 )
 from agentx.errors import UsageError
-
-GB = 1e9
+from agentx.units import GB
 
 
 @click.command(

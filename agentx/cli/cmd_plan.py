@@ -7,8 +7,7 @@ import polars as pl
 
 from agentx.cli._common import catalog_option, emit_json, json_option, precision_option, print_table
 from agentx.errors import UsageError
-
-GB = 1e9
+from agentx.units import GB
 
 
 @click.command(

@@ -8,11 +8,14 @@ import click
 import polars as pl
 
 from agentx.cli._common import (
+    apply_over_context,
     catalog_option,
     emit_json,
     hw_option,
     json_option,
+    load_scale_option,
     model_option,
+    over_context_option,
     pools_option,
     precision_option,
     print_table,
@@ -21,9 +24,9 @@ from agentx.cli._common import (
     trace_argument,
 )
 from agentx.errors import UsageError
+from agentx.fmt import num
 from agentx.progress import Phases
-
-GB = 1e9
+from agentx.units import GB
 
 
 @click.command(
@@ -85,6 +88,8 @@ GB = 1e9
     show_default=True,
     help="Place KV blocks in HBM/DRAM/SSD (agentx.kv): reloads and recomputes enter the fills.",
 )
+@load_scale_option
+@over_context_option
 @catalog_option
 @run_dir_option("calls, stages, footprint, summary.json")
 @json_option
@@ -106,6 +111,8 @@ def command(
     routing_skew,
     pools,
     kv_tiers,
+    load_scale,
+    over_context,
     catalog_files,
     run_dir,
     as_json,
@@ -120,6 +127,7 @@ def command(
     from agentx.replay.config import make_config
     from agentx.replay.replay import replay_trace
     from agentx.traces.io import read_trace
+    from agentx.traces.transform import scale_load
 
     if decode_batch is not None and interactivity is not None:
         raise UsageError("give --decode-batch or --interactivity, not both")
@@ -147,6 +155,8 @@ def command(
     phases = Phases("replay", 4, enabled=False if quiet else None)
     phases.step("reading the trace")
     tr = read_trace(trace)
+    tr, context = apply_over_context(tr, cfg.model.max_context_tokens, over_context, quiet=quiet)
+    tr = scale_load(tr, load_scale)
     operating_point = None
     if interactivity is not None:
         from agentx.replay.interactivity import decode_context_tokens, with_interactivity
@@ -167,6 +177,8 @@ def command(
         click.echo(f"note: {note}", err=True)
     if operating_point is not None:
         result.summary["interactivity"] = operating_point
+    if over_context != "warn":
+        result.summary["over_context"] = context
     if run_dir is not None:
         from agentx.runs import write_run
 
@@ -177,6 +189,7 @@ def command(
             "interactivity_tokens_per_s_per_user": interactivity,
             "prefill_chunk_tokens": cfg.prefill_chunk_tokens, "routing_skew": cfg.routing_skew,
             "pools": cfg.pools, "kv_tiers": kv is not None,
+            "load_scale": load_scale, "over_context": over_context,
             "efficiencies": dataclasses.asdict(cfg.efficiencies),
         }  # fmt: skip
         phases.step("writing the run")
@@ -209,23 +222,24 @@ def _print(result) -> None:
         "energy_share",
         "j_per_output_token",
         "arithmetic_intensity",
-        (pl.col("hbm_bytes") / GB).alias("hbm_gb"),
-        (pl.col("comm_bytes") / GB).alias("comm_gb"),
+        # traffic moved, not capacity (that is the footprint table below)
+        (pl.col("hbm_bytes") / GB).alias("hbm_traffic_gb"),
+        (pl.col("comm_bytes") / GB).alias("link_traffic_gb"),
     )
     click.echo(
-        f"{s['model']} on {s['layout']}: {s['calls']:,} calls, {s['tokens']['output_tokens']:,} output tokens"
+        f"{s['model']} on {s['layout']}: {num(s['calls'])} calls, {num(s['tokens']['output_tokens'])} output tokens"
     )
     if "interactivity" in s:
         op = s["interactivity"]
         click.echo(
-            f"decode batch {op['decode_batch']} for {op['target_tokens_per_s_per_user']:g} tokens/s per user "
-            f"at {op['context_tokens']:,.0f} tokens of context ({op['tokens_per_s_per_user']:.1f} reached; "
+            f"decode batch {op['decode_batch']} for {num(op['target_tokens_per_s_per_user'])} tokens/s per user "
+            f"at {num(op['context_tokens'])} tokens of context ({num(op['tokens_per_s_per_user'])} reached; "
             f"limited by {op['limited_by']})"
         )
     print_table(st)
     click.echo(
-        f"total {s['total_time_s']:.4g} instance-s, {s['total_energy_j']:.4g} J, "
-        f"{s['j_per_output_token']:.4g} J per output token"
+        f"total {num(s['total_time_s'])} instance-s, {num(s['total_energy_j'])} J, "
+        f"{num(s['j_per_output_token'])} J per output token"
     )
     click.echo("")
     print_table(
@@ -233,6 +247,6 @@ def _print(result) -> None:
     )
     verdict = "fits" if s["kv_fits_in_hbm"] else "does NOT fit"
     click.echo(
-        f"HBM peak per GPU {s['hbm_peak_bytes_per_gpu'] / GB:.1f} GB of {s['hbm_capacity_bytes_per_gpu'] / GB:.0f} GB "
-        f"({verdict}; {s['kv_resident_sequences']:.0f} sequences, {s['kv_resident_tokens']:,.0f} tokens resident)"
+        f"HBM peak per GPU {num(s['hbm_peak_bytes_per_gpu'] / GB)} GB of {num(s['hbm_capacity_bytes_per_gpu'] / GB)} GB "
+        f"({verdict}; {num(s['kv_resident_sequences'])} sequences, {num(s['kv_resident_tokens'])} tokens resident)"
     )

@@ -8,11 +8,14 @@ import click
 import polars as pl
 
 from agentx.cli._common import (
+    apply_over_context,
     catalog_option,
     emit_json,
     hw_option,
     json_option,
+    load_scale_option,
     model_option,
+    over_context_option,
     pools_option,
     print_table,
     quiet_option,
@@ -20,6 +23,8 @@ from agentx.cli._common import (
     trace_argument,
 )
 from agentx.dynamics.admission import POLICIES
+from agentx.fmt import num
+from agentx.units import GB
 
 
 @click.command(
@@ -32,9 +37,8 @@ from agentx.dynamics.admission import POLICIES
 @click.option(
     "--gpus",
     type=int,
-    default=16,
-    show_default=True,
-    help="GPUs of the whole deployment (both pools).",
+    default=None,
+    help="GPUs of the whole deployment (both pools). [default: as replay: one node, 32 on NVL72]",
 )
 @click.option(
     "--policy",
@@ -82,6 +86,8 @@ from agentx.dynamics.admission import POLICIES
     default=math.inf,
     help="Stop the clock here; calls still inside are reported as unfinished.",
 )
+@load_scale_option
+@over_context_option
 @catalog_option
 @run_dir_option("sim_calls, sim_timeseries", required=True)
 @json_option
@@ -101,6 +107,8 @@ def command(
     max_wait_s,
     sample_s,
     horizon_s,
+    load_scale,
+    over_context,
     catalog_files,
     run_dir,
     as_json,
@@ -120,9 +128,10 @@ def command(
     from agentx.progress import Phases
     from agentx.runs import write_run
     from agentx.traces.io import read_trace
+    from agentx.traces.transform import scale_load
 
     for name, v in (("--gpus", gpus), ("--max-batch", max_batch), ("--chunk-tokens", chunk_tokens)):
-        if v < 1:
+        if v is not None and v < 1:
             raise UsageError(f"{name} must be a positive integer, got {v}")
     for name, v in (
         ("--sample-s", sample_s),
@@ -142,6 +151,14 @@ def command(
 
         raise InputError(trace, "the trace holds no calls; nothing to simulate")
     cat = load_catalog(catalog_files)
+    if gpus is None:  # the same default deployment as replay (agentx.replay.config)
+        from agentx.replay.config import make_config
+
+        gpus = make_config(cat, hw, model_name).gpus
+    tr, _ = apply_over_context(
+        tr, cat.model(model_name).max_context_tokens, over_context, quiet=quiet
+    )
+    tr = scale_load(tr, load_scale)
     pol = AdmissionPolicy(policy, tpot_target_s=tpot_target_s)
     cfg = SimConfig(
         pools=pools,
@@ -167,6 +184,8 @@ def command(
             "hw": hw,
             "model": model_name,
             "gpus": gpus,
+            "load_scale": load_scale,
+            "over_context": over_context,
             "fill_gpus": s["fill_gpus"],
             **s["config"],
             "policy": s["policy_params"],
@@ -187,33 +206,39 @@ def _print(s: dict) -> None:
     rows = [
         (
             "calls done / dropped / not arrived",
-            f"{s['done']:,} / {s['dropped']:,} / {s['not_arrived']:,}",
+            f"{num(s['done'])} / {num(s['dropped'])} / {num(s['not_arrived'])}",
         ),
         ("drop reasons", ", ".join(f"{k} {v}" for k, v in s["drop_reasons"].items()) or "none"),
         (
             "pools (fill + decode GPUs)",
             f"{s['pools']} ({s['fill_gpus']} + {s['decode_gpus']}), KV link {s['kv_link']}",
         ),
-        ("TTFT p50 / p99 s", f"{s['ttft_s_p50']:.3g} / {s['ttft_s_p99']:.3g}"),
+        ("TTFT p50 / p99 s", f"{num(s['ttft_s_p50'])} / {num(s['ttft_s_p99'])}"),
         (
             "TPOT p50 / p99 s",
-            f"{s['tpot_s_p50']:.3g} / {s['tpot_s_p99']:.3g}"
+            f"{num(s['tpot_s_p50'])} / {num(s['tpot_s_p99'])}"
             if s["tpot_s_p50"] is not None
             else "-",
         ),
-        ("output tokens/s per GPU", f"{s['output_tokens_per_s_per_gpu']:.4g}"),
-        ("energy per output token J", f"{s['energy_per_output_token_j']:.4g}"),
-        ("mean utilisation / power W", f"{s['mean_utilisation']:.3f} / {s['mean_power_w']:,.0f}"),
+        ("output tokens/s per GPU", f"{num(s['output_tokens_per_s_per_gpu'])}"),
+        ("energy per output token J", f"{num(s['energy_per_output_token_j'])}"),
+        ("mean utilisation / power W", f"{num(s['mean_utilisation'])} / {num(s['mean_power_w'])}"),
         (
             "KV moved GB / link busy s",
-            f"{s['kv_moved_bytes'] / 1e9:,.1f} / {s['kv_transfer_s']:.4g}",
+            f"{num(s['kv_moved_bytes'] / GB)} / {num(s['kv_transfer_s'])}",
         ),
-        ("preemptions", f"{s['preemptions']:,}"),
+        ("preemptions", f"{num(s['preemptions'])}"),
         ("pool resizes (fill GPUs at the end)", f"{s['pool_resizes']} ({s['final_fill_gpus']})"),
         (
             "Little's law L sampled / λW",
-            f"{s['littles_law']['mean_in_system_sampled']:.4g} / {s['littles_law']['lambda_w']:.4g}",
+            f"{num(s['littles_law']['mean_in_system_sampled'])} / {num(s['littles_law']['lambda_w'])}",
         ),
-        ("backlog oscillation amplitude (calls)", f"{s['oscillation_backlog']['amplitude']:.3g}"),
+        ("backlog oscillation amplitude (calls)", f"{num(s['oscillation_backlog']['amplitude'])}"),
     ]
     print_table(pl.DataFrame(rows, schema=["metric", "value"], orient="row"))
+    if s["mean_utilisation"] < 0.25:
+        click.echo(
+            f"note: the GPUs are busy {num(s['mean_utilisation'])} of the time: this trace's own "
+            "load is light for them, and their idle draw is in the J per output token. Scale the "
+            "load (--load-scale K) or ask agentx compare for the GPUs the load needs."
+        )

@@ -16,6 +16,7 @@ from agentx.cli._common import (
     quiet_option,
     run_dir_option,
 )
+from agentx.units import GB
 
 
 def _names(value: str | None) -> list[str] | None:
@@ -105,7 +106,7 @@ def _print(df: pl.DataFrame, s: dict) -> None:
             pl.col("tokens_per_s_per_gpu").max().alias("max_tokens_per_s_per_gpu"),
             pl.col("per_user_tokens_per_s").max().alias("max_per_user_tokens_per_s"),
             pl.col("ttft_s").min().alias("min_ttft_s"),
-            (pl.col("hbm_peak_bytes_per_gpu").max() / 1e9).alias("max_hbm_gb_per_gpu"),
+            (pl.col("hbm_peak_bytes_per_gpu").max() / GB).alias("max_hbm_gb_per_gpu"),
         )
         .sort("stage", "system", "gpus")
     )

@@ -10,6 +10,7 @@ import numpy as np
 import polars as pl
 
 from agentx.dynamics.sweep import frontier
+from agentx.units import GB
 
 
 def _best_by_level(
@@ -105,7 +106,7 @@ def seed_verdicts(df: pl.DataFrame, hbm_limit_bytes: float = 80e9) -> dict:
     out["seed21_hbm"] = {
         "frontier_points": fr.height,
         "share_below_80gb": float(below.mean()) if fr.height else float("nan"),
-        "max_gb": float(fr["hbm_peak_bytes_per_gpu"].max() or 0) / 1e9,
+        "max_gb": float(fr["hbm_peak_bytes_per_gpu"].max() or 0) / GB,
     }
     s19 = [
         r["gb200_lead_share"]

@@ -21,6 +21,7 @@ from dataclasses import dataclass, fields
 
 from agentx.catalog.types import ServingConfig, ceil_div
 from agentx.errors import CapacityError, UsageError
+from agentx.units import GB
 
 # Live activations of one prefill chunk, in units of chunk_tokens × hidden × activation_bytes [E]:
 # residual stream, its normed copy, attention output and the tensor-parallel FFN gate/up slices
@@ -30,7 +31,6 @@ ACTIVATION_FACTOR = 4.0
 # EP dispatch receives k copies of each token's hidden vector and combine sends them back [E];
 # DeepEP-style buffers are sized for a whole chunk.
 ROUTING_COPIES = 2.0
-GB = 1e9
 # Footprint field -> component name in tables and JSON.
 COMPONENTS = {
     "weights_bytes": "weights_shard",

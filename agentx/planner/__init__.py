@@ -1,0 +1,4 @@
+"""The capacity planner: the cheapest configuration of each system that serves a trace's load
+within a service level (``agentx compare``). ``slo`` parses the service level, ``prices`` the
+cited $ per GPU-hour defaults, ``search`` prices layouts and GPU counts with the cost model.
+"""

@@ -1,0 +1,291 @@
+"""The cheapest configuration of each system that serves a trace's load within a service level.
+
+For every layout of a system (GPUs per model instance, data- or tensor-parallel attention)
+that holds the model's weights:
+
+1. the decode batch is the largest whose step meets the TPOT limit at the trace's mean decode
+   context and whose KV fits in HBM (``agentx.replay.interactivity``);
+2. the trace is replayed on that configuration (``agentx.replay``): per-call fill and decode
+   times, energies, TTFT percentiles and the HBM peak per GPU;
+3. the replayed busy time (instance-seconds at full batches) over the trace's duration is the
+   instances needed: ``instances = ceil(busy_s / duration_s)`` — a load K times larger is K
+   times the busy time (``agentx.traces.transform.scale_load``);
+4. a layout meets the service level when its TPOT step and its TTFT percentiles are within it
+   (queueing before admission is not modelled; docs/planner.md says so).
+
+The cheapest layout is the one with fewest GPUs (one price per GPU-hour per system), then the
+least energy. Energy counts the busy work plus the idle (static) draw of provisioned GPUs for
+the time they are not busy, so over-provisioning costs joules as it costs dollars.
+
+``evaluate`` is the one seam to the serving model: it prices one configuration. The frontier
+(output tokens/s per GPU against tokens/s per user, the chart public benchmarks publish) comes
+from the same configurations: every decode batch, with the trace's fill work per output token
+added to each output token's instance time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from agentx.errors import CapacityError, UsageError
+from agentx.units import GB, HOUR_S, MILLION
+
+BATCHES = np.unique(np.round(np.geomspace(1, 4096, 49)))
+RESULT_KEYS = (
+    "hw",
+    "gpus",
+    "instances",
+    "gpus_per_instance",
+    "layout",
+    "decode_batch",
+    "meets_slo",
+    "output_tok_s_per_gpu",
+    "total_tok_s_per_gpu",
+    "gpu_hours",
+    "j_per_output_token",
+    "usd_per_gpu_hour",
+    "usd_per_m_output_tokens",
+    "hbm_peak_gb_per_gpu",
+    "tpot_ms",
+    "ttft_p99_ms",
+    "utilization",
+)
+
+
+# The columns of the printed table (the rest are in --json and the run's compare.parquet).
+TABLE_KEYS = (
+    "hw",
+    "gpus",
+    "layout",
+    "meets_slo",
+    "output_tok_s_per_gpu",
+    "total_tok_s_per_gpu",
+    "gpu_hours",
+    "j_per_output_token",
+    "usd_per_m_output_tokens",
+    "hbm_peak_gb_per_gpu",
+    "tpot_ms",
+    "ttft_p99_ms",
+)
+
+
+@dataclass(frozen=True)
+class Load:
+    """The offered load: the trace's calls over its duration, ``scale`` times over.
+
+    ``scale`` = K prices K replicas of every session (``agentx.traces.transform.scale_load``)
+    without building them: replicas are priced call by call exactly as their originals, so
+    busy time, energy and tokens are K times the trace's and every latency percentile is the
+    trace's own (tests/test_planner.py checks this against the materialised replicas).
+    """
+
+    calls: pl.DataFrame
+    duration_s: float
+    scale: float = 1.0
+
+    @property
+    def output_tokens(self) -> float:
+        return self.scale * float(self.calls.get_column("output_tokens").sum())
+
+    @property
+    def total_tokens(self) -> float:
+        return self.scale * float(self.calls.get_column("input_tokens").sum()) + self.output_tokens
+
+
+def trace_load(calls: pl.DataFrame, scale: float = 1.0) -> Load:
+    """The load of ``calls``: their span from the first arrival to the last (at least 1 s)."""
+    if calls.height == 0:
+        raise UsageError("the trace has no calls to plan for")
+    if not (scale > 0 and math.isfinite(scale)):
+        raise UsageError(f"--load-scale must be a positive number, got {scale:g}")
+    t = calls.get_column("t_start_s")
+    return Load(calls, max(float(t.max() - t.min()), 1.0), float(scale))
+
+
+def layouts(system, model, gpus: list[int] | None) -> list[tuple[int, bool | None]]:
+    """(GPUs per instance, data-parallel attention) candidates: node multiples (powers of two)
+    up to the scale-up domain (at least 8 nodes), or the counts the user gave."""
+    if gpus is None:
+        node, dom = system.gpus_per_node, system.scale_up_domain_gpus
+        top = min(max(dom, 8 * node), 128)
+        gpus = sorted({node * 2**i for i in range(8) if node * 2**i <= top} | {min(dom, top)})
+    attn = (True, False) if model.attention == "mla" else (None,)
+    return [(g, a) for g in gpus for a in attn]
+
+
+def evaluate(cfg, load: Load, slo: dict[str, float], price: float | None) -> dict:
+    """One configuration priced against the load (the seam to the serving model)."""
+    from agentx.replay.energy import coefficients
+    from agentx.replay.footprint import describe
+    from agentx.replay.interactivity import batch_for_interactivity, decode_context_tokens
+    from agentx.replay.replay import replay_trace
+
+    ctx = decode_context_tokens(load.calls)
+    tpot = slo.get("tpot_p99", 10.0)  # no TPOT limit: the largest batch whose KV fits
+    batch, op = batch_for_interactivity(cfg, 1.0 / tpot, max(ctx, 1.0))
+    cfg, s = _largest_fitting_batch(cfg, load.calls, batch, replay_trace)
+    batch = cfg.decode_batch
+    if batch != op["decode_batch"]:
+        from agentx.replay.interactivity import decode_step_time_s
+
+        op = {**op, "step_time_s": float(decode_step_time_s(cfg, [batch], max(ctx, 1.0))[0])}
+    busy_s = s["total_time_s"] * load.scale
+    instances = max(1, math.ceil(busy_s / load.duration_s - 1e-9))
+    gpus = instances * cfg.gpus
+    hours = gpus * load.duration_s / HOUR_S
+    idle_j = coefficients(cfg).static_w * cfg.gpus * max(instances * load.duration_s - busy_s, 0.0)
+    energy = s["total_energy_j"] * load.scale + idle_j
+    out_tok = load.output_tokens
+    ttft = {f"ttft_{p}": s["latency_s"]["ttft_s"][p] for p in ("p50", "p90", "p99")}
+    meets = s["kv_fits_in_hbm"] and all(
+        (op["step_time_s"] if k == "tpot_p99" else ttft[k]) <= v * (1 + 1e-9)
+        for k, v in slo.items()
+    )
+    return {
+        "hw": cfg.system.name,
+        "gpus": gpus,
+        "instances": instances,
+        "gpus_per_instance": cfg.gpus,
+        "layout": describe(cfg),
+        "decode_batch": batch,
+        "meets_slo": bool(meets),
+        "output_tok_s_per_gpu": out_tok / load.duration_s / gpus,
+        "total_tok_s_per_gpu": load.total_tokens / load.duration_s / gpus,
+        "gpu_hours": hours,
+        "j_per_output_token": energy / out_tok if out_tok > 0 else None,
+        "usd_per_gpu_hour": price,
+        "usd_per_m_output_tokens": (
+            price * hours / (out_tok / MILLION) if price is not None and out_tok > 0 else None
+        ),
+        "hbm_peak_gb_per_gpu": s["hbm_peak_bytes_per_gpu"] / GB,
+        "tpot_ms": op["step_time_s"] * 1e3,
+        "ttft_p99_ms": ttft["ttft_p99"] * 1e3,
+        "utilization": busy_s / (instances * load.duration_s),
+        "_fill_s_per_output_token": load.scale
+        * (s["stages"]["prefill"]["time_s"] + s["stages"]["midfill"]["time_s"])
+        / max(out_tok, 1.0),
+        "_cfg": cfg,
+        "_ctx": ctx,
+    }
+
+
+def _largest_fitting_batch(cfg, calls, batch: int, replay_trace):
+    """``cfg`` at the largest decode batch ≤ ``batch`` whose replayed HBM peak fits, and its
+    replay summary. The TPOT search sizes KV at the mean context; the replay's peak holds the
+    trace's real contexts, so it can be larger. Resident KV grows with the batch: bisect."""
+    import dataclasses
+
+    def run(b: int):
+        c = dataclasses.replace(cfg, decode_batch=int(b))
+        return c, replay_trace(calls, c).summary
+
+    best = run(batch)
+    if best[1]["kv_fits_in_hbm"] or batch <= 1:
+        return best
+    lo, hi, fit = 1, batch - 1, None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        c, s = run(mid)
+        if s["kv_fits_in_hbm"]:
+            fit, lo = (c, s), mid + 1
+        else:
+            hi = mid - 1
+    return fit or run(1)
+
+
+def frontier_points(row: dict) -> pl.DataFrame:
+    """Output tokens/s per GPU against tokens/s per user over decode batches, for one layout."""
+    from agentx.replay.footprint import max_resident_tokens
+    from agentx.replay.interactivity import decode_step_time_s
+
+    cfg, ctx = row["_cfg"], max(row["_ctx"], 1.0)
+    b = BATCHES[max_resident_tokens(cfg) // ctx >= BATCHES]
+    step = decode_step_time_s(cfg, b, ctx)
+    per_token_s = step / b + row["_fill_s_per_output_token"]  # instance-s per output token
+    return pl.DataFrame(
+        {
+            "hw": cfg.system.name,
+            "layout": row["layout"],
+            "decode_batch": b.astype(np.int64),
+            "tok_s_per_user": 1.0 / step,
+            "output_tok_s_per_gpu": 1.0 / per_token_s / cfg.gpus,
+        }
+    )
+
+
+def pareto(points: pl.DataFrame) -> pl.DataFrame:
+    """Per system, the points no other point beats on both tokens/s per user and per GPU."""
+    return (
+        points.sort(
+            ["hw", "tok_s_per_user", "output_tok_s_per_gpu"], descending=[False, True, True]
+        )
+        .with_columns(_best=pl.col("output_tok_s_per_gpu").cum_max().over("hw"))
+        .filter(pl.col("output_tok_s_per_gpu") >= pl.col("_best"))
+        .unique(["hw", "tok_s_per_user"], keep="first", maintain_order=True)
+        .drop("_best")
+        .sort("hw", "tok_s_per_user")
+    )
+
+
+def plan_system(
+    catalog, hw: str, model: str, load: Load, slo: dict[str, float], *,
+    gpus: list[int] | None = None, usd_per_gpu_hour: float | None = None, **config,
+) -> tuple[dict, list[dict], pl.DataFrame]:  # fmt: skip
+    """(cheapest configuration, every configuration tried, frontier points) for one system."""
+    from agentx.planner.prices import default_price
+    from agentx.replay.config import make_config
+    from agentx.replay.footprint import check_fits
+
+    price, source = (
+        (usd_per_gpu_hour, "--usd-per-gpu-hour")
+        if usd_per_gpu_hour is not None
+        else default_price(hw)
+    )
+    system, spec = catalog.system(hw), catalog.model(model)
+    tried, skipped, points = [], [], []
+    for g, dp in layouts(system, spec, gpus):
+        try:
+            cfg = make_config(catalog, hw, model, gpus=g, dp_attention=dp, **config)
+            check_fits(cfg)
+            row = evaluate(cfg, load, slo, price)
+        except (CapacityError, UsageError) as err:
+            skipped.append({"gpus_per_instance": g, "reason": str(err)})
+            continue
+        tried.append(row)
+        points.append(frontier_points(row))
+    if not tried:
+        reasons = "; ".join(sorted({s["reason"] for s in skipped}))[:400]
+        raise UsageError(f"no layout of {hw} can serve {model}: {reasons}")
+    ok = [r for r in tried if r["meets_slo"]]
+    # Fewest GPUs, then least energy; without any layout in the SLO, the fastest TPOT one.
+    best = (
+        min(ok, key=lambda r: (r["gpus"], r["j_per_output_token"] or 0.0))
+        if ok
+        else min(tried, key=lambda r: (r["tpot_ms"], r["ttft_p99_ms"]))
+    )
+    best = {**best, "price_source": source, "layouts_tried": len(tried)}
+    return best, tried, pl.concat(points)
+
+
+def compare(
+    catalog, trace, systems: list[str], model: str = "kimi-k2", slo: dict | None = None,
+    load_scale: float = 1.0, **kw,
+) -> tuple[list[dict], pl.DataFrame, pl.DataFrame]:  # fmt: skip
+    """For each system its cheapest configuration (``RESULT_KEYS`` + price source), a frame of
+    every configuration tried, and the Pareto frontier points of all systems."""
+    from agentx.planner.slo import DEFAULT, parse_slo
+
+    slo = parse_slo(DEFAULT) if slo is None else slo
+    calls = trace.calls if hasattr(trace, "calls") else trace
+    load = trace_load(calls, load_scale)
+    results, tried, points = [], [], []
+    for hw in systems:
+        best, rows, pts = plan_system(catalog, hw, model, load, slo, **kw)
+        results.append({k: v for k, v in best.items() if not k.startswith("_")})
+        tried += [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
+        points.append(pts)
+    return results, pl.DataFrame(tried), pareto(pl.concat(points))

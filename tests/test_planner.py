@@ -1,0 +1,141 @@
+"""agentx compare: the cheapest configuration per system within an SLO (agentx.planner)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from agentx.cli import cli
+from agentx.planner.slo import parse_slo
+
+SLO = "tpot_p99<=50ms,ttft_p99<=3s"
+
+
+def _compare(trace, *args: str) -> list[dict]:
+    res = CliRunner().invoke(
+        cli, ["compare", str(trace), "--hw", "gb200,b300", "--slo", SLO, "--json", "-q", *args]
+    )
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def test_gb200_vs_b300_same_slo_per_gpu_and_load_doubling(sample_trace):
+    """Acceptance (issue 13): same SLO, normalised per GPU, both GPU counts named, 2× load ≈ 2× GPUs."""
+    one = _compare(sample_trace, "--load-scale", "1000")
+    two = _compare(sample_trace, "--load-scale", "2000")
+    assert [r["hw"] for r in one] == ["gb200", "b300"]
+    demand = one[0]["output_tok_s_per_gpu"] * one[0]["gpus"]
+    for r in one:
+        for key in ("hw", "gpus", "layout", "output_tok_s_per_gpu", "j_per_output_token",
+                    "usd_per_m_output_tokens", "hbm_peak_gb_per_gpu", "meets_slo"):  # fmt: skip
+            assert key in r
+        assert r["meets_slo"] is True
+        # per GPU: every system serves the same offered output tokens/s, spread over its GPUs
+        assert r["output_tok_s_per_gpu"] * r["gpus"] == pytest.approx(demand, rel=1e-9)
+        assert r["gpus"] % r["gpus_per_instance"] == 0
+        assert r["tpot_ms"] <= 50 and r["ttft_p99_ms"] <= 3000
+        assert r["usd_per_m_output_tokens"] == pytest.approx(
+            r["usd_per_gpu_hour"] * r["gpu_hours"] / (demand * r["gpu_hours"] / r["gpus"] * 3.6e-3)
+        )
+    for a, b in zip(one, two, strict=True):
+        assert 1.6 <= b["gpus"] / a["gpus"] <= 2.4, (a["gpus"], b["gpus"])
+    text = CliRunner().invoke(
+        cli, ["compare", str(sample_trace), "--hw", "gb200,b300", "--slo", SLO,
+              "--load-scale", "1000", "-q"],
+    ).stdout  # fmt: skip
+    for r in one:
+        assert f"{r['hw'].upper()}: {r['gpus']:,} GPUs" in text
+    assert text.splitlines()[0].startswith("GB200: ")
+
+
+def test_a_tighter_slo_never_needs_fewer_gpus(sample_trace):
+    loose = _compare(sample_trace, "--load-scale", "1000")
+    res = CliRunner().invoke(
+        cli, ["compare", str(sample_trace), "--hw", "gb200,b300", "--slo", "tpot_p99<=20ms,ttft_p99<=3s",
+              "--load-scale", "1000", "--json", "-q"],
+    )  # fmt: skip
+    tight = json.loads(res.stdout)
+    for a, b in zip(loose, tight, strict=True):
+        if b["meets_slo"]:
+            assert b["gpus"] >= a["gpus"]
+            assert b["tpot_ms"] <= 20
+
+
+def test_analytic_load_scale_equals_replicated_sessions(sample_trace):
+    """Load(scale=K) prices K replicas without building them: replay says the same."""
+    from agentx.catalog import load_catalog
+    from agentx.replay.config import make_config
+    from agentx.replay.replay import replay_trace
+    from agentx.traces.io import read_trace
+    from agentx.traces.transform import scale_load
+
+    cfg = make_config(load_catalog(()), "b300", "kimi-k2")
+    tr = read_trace(sample_trace)
+    ra, rb = replay_trace(tr, cfg), replay_trace(scale_load(tr, 3), cfg)
+    a, b = ra.summary, rb.summary
+    assert b["calls"] == 3 * a["calls"]
+    assert b["total_time_s"] == pytest.approx(3 * a["total_time_s"], rel=1e-9)
+    assert b["total_energy_j"] == pytest.approx(3 * a["total_energy_j"], rel=1e-9)
+    for k in ("ttft_s", "decode_latency_s"):
+        # the same calls three times over: the latency distribution is the trace's own
+        want = pl.concat([ra.calls[k]] * 3).sort().to_numpy()
+        assert rb.calls[k].sort().to_numpy() == pytest.approx(want, rel=1e-12)
+
+
+def test_frontier_is_pareto_and_run_dir(sample_trace, tmp_path):
+    out = tmp_path / "cmp"
+    res = CliRunner().invoke(
+        cli, ["compare", str(sample_trace), "--hw", "gb200,b300", "--load-scale", "1000",
+              "-o", str(out), "-q"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    fr = pl.read_parquet(out / "frontier.parquet")
+    assert set(fr["hw"]) == {"gb200", "b300"}
+    for _, g in fr.group_by("hw"):
+        g = g.sort("tok_s_per_user")
+        # along rising interactivity, throughput per GPU never rises (else a point is dominated)
+        assert (g["output_tok_s_per_gpu"].diff().drop_nulls() <= 1e-9).all()
+    cmp = pl.read_parquet(out / "compare.parquet")
+    assert cmp.height == 2
+    assert pl.read_parquet(out / "configurations.parquet").height >= 2
+
+
+@pytest.mark.parametrize(
+    ("slo", "message"),
+    [
+        ("tpot<=50ms", "--slo: unknown metric 'tpot'"),
+        ("tpot_p99=50ms", "--slo term 'tpot_p99=50ms' is not METRIC<=VALUE (e.g. tpot_p99<=50ms)"),
+        ("ttft_p99<=0s", "--slo: ttft_p99 must be > 0, got '0s'"),
+    ],
+)
+def test_slo_errors(sample_trace, slo, message):
+    res = CliRunner().invoke(cli, ["compare", str(sample_trace), "--hw", "b300", "--slo", slo])
+    assert res.exit_code == 2
+    assert message in res.output
+    assert "Traceback" not in res.output
+
+
+def test_slo_units():
+    assert parse_slo("tpot_p99<=50ms, ttft_p99<=3s") == {"tpot_p99": 0.05, "ttft_p99": 3.0}
+    assert parse_slo("ttft_p50<=0.5") == {"ttft_p50": 0.5}
+
+
+def test_unknown_system_is_one_line(sample_trace):
+    res = CliRunner().invoke(cli, ["compare", str(sample_trace), "--hw", "gb2000"])
+    assert res.exit_code != 0
+    assert re.search(r"gb200", res.output) and "Traceback" not in res.output
+
+
+def test_price_default_is_cited_and_override_wins(sample_trace):
+    from agentx.planner.prices import default_price
+
+    for hw in ("gb200", "b300", "b200", "h200", "h100"):
+        usd, src = default_price(hw)
+        assert usd > 0 and src.startswith("https://")
+    r = _compare(sample_trace, "--load-scale", "1000", "--usd-per-gpu-hour", "2")
+    assert all(x["usd_per_gpu_hour"] == 2 for x in r)
+    assert all(x["price_source"] == "--usd-per-gpu-hour" for x in r)
