@@ -147,7 +147,10 @@ def finish(df: pl.DataFrame, meta: dict[str, str], path: object) -> Trace:
     df = df.with_columns(
         (pl.col("input_tokens") - pl.col("reused_prefix_tokens")).alias("new_tokens"),
     )
-    df = df.with_columns(compaction_flags(df))
+    flags = compaction_flags(df)
+    if "is_compaction" in df.columns:  # the source's own compaction markers, kept alongside
+        flags = flags | df["is_compaction"].fill_null(False)
+    df = df.with_columns(flags)
     df = S.conform(df)
     S.validate(df, path)
     return Trace(df, meta)
