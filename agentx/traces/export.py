@@ -35,7 +35,7 @@ from agentx.traces.io import Trace
 
 MOONCAKE_BLOCK_TOKENS = 512
 WEKA_BLOCK_TOKENS = 64
-PARTIAL_BLOCK_ID_BASE = 1 << 63  # the Weka reader's ids for a trailing partial block
+PARTIAL_BLOCK_ID_BASE = 1 << 63  # Weka file ids stay below (the reader's partial-block ids)
 FORMATS = ("mooncake", "weka")
 
 
@@ -201,7 +201,7 @@ def _session_doc(sdf, sid: str, offset: float | None, offsets, id_list) -> dict:
         n_in = r["input_tokens"]
         o = int(offsets[k])
         full = n_in // WEKA_BLOCK_TOKENS
-        hashes = [h for h in id_list[o : o + full] if h < PARTIAL_BLOCK_ID_BASE]
+        hashes = id_list[o : o + full]
         req = {"t": t, "type": "n", "model": r["model"], "in": n_in, "out": r["output_tokens"]}
         req["hash_ids"] = hashes
         req["input_types"] = {"user": ["text"], "tool_result": ["tool_result"]}.get(
@@ -230,6 +230,7 @@ def _session_doc(sdf, sid: str, offset: float | None, offsets, id_list) -> dict:
         entry["tool_tokens"] = max(entry["tool_tokens"], r["shared_prefix_tokens"])
         if r["model"] and r["model"] not in entry["models"]:
             entry["models"].append(r["model"])
+    _local_ids(top)
     models = sorted({r["model"] for r in rows if r["model"]})
     main_prefix = max((r["shared_prefix_tokens"] for r in rows if r["agent_id"] is None), default=0)
     return {
@@ -250,6 +251,16 @@ def _session_doc(sdf, sid: str, offset: float | None, offsets, id_list) -> dict:
             "subagent_count": len(subs),
         },
     }
+
+
+def _local_ids(requests: list[dict]) -> None:
+    """Renumber a session's ids in order of first use when any is too big for a Weka file."""
+    flat = [r for e in requests for r in e.get("requests", [e])]
+    if all(h < PARTIAL_BLOCK_ID_BASE for r in flat for h in r["hash_ids"]):
+        return
+    new: dict[int, int] = {}
+    for r in flat:
+        r["hash_ids"] = [new.setdefault(h, len(new)) for h in r["hash_ids"]]
 
 
 def _write_file(out: Path | str, text: str) -> None:
