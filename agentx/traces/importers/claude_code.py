@@ -157,4 +157,11 @@ def _usage(msg: dict, path: Path, where: str) -> tuple[int, int, int]:
     read = u.get("cache_read_input_tokens")
     read = 0 if read is None else count(read, path, where, f"{USAGE}.cache_read_input_tokens")
     out = count(u.get("output_tokens"), path, where, f"{USAGE}.output_tokens")
+    if fresh + made + read >= 1 << 63:
+        raise InputError(
+            path,
+            f"expected a prompt below 2^63 tokens, got {fresh + made + read} (input + cache creation + cache read)",
+            where=where,
+            field=USAGE,
+        )
     return fresh + made, read, out

@@ -55,9 +55,13 @@ def _spans(path: Path):
     """``(where, span object)`` for every span of the file, in file order."""
     raw = read_bytes(path)
     try:
-        doc = parse_json(path, raw)
-        docs = [(None, doc)]
-    except InputError:
+        docs = [(None, parse_json(path, raw))]
+    except InputError as whole:
+        first = next((ln for ln in raw.split(b"\n") if ln.strip()), b"")
+        try:
+            parse_json(path, first, "line 1")
+        except InputError:
+            raise whole from None  # not JSON Lines either: the whole document's error stands
         docs = [
             (f"line {n}", parse_json(path, line, f"line {n}"))
             for n, line in enumerate(raw.split(b"\n"), 1)
