@@ -193,3 +193,20 @@ def test_same_input_same_bytes(tmp_path):
         0,
         None,
     ]
+
+
+def test_readme_three_commands_run_on_claude_code_logs(tmp_path, monkeypatch):
+    """The README's 'own Claude Code traffic on GB200' block, with the fixture as ~/.claude."""
+    import shlex
+
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("## Your own Claude Code traffic on GB200, in three commands")[1]
+    cmds = [ln.split("#")[0].strip() for ln in block.split("```sh")[1].split("```")[0].splitlines()]
+    cmds = [c for c in cmds if c]
+    assert len(cmds) == 3 and cmds[2].startswith("agentx replay mine.parquet --hw gb200")
+    monkeypatch.chdir(tmp_path)
+    for c in cmds:
+        args = [a.replace("~/.claude/projects", str(CC)) for a in shlex.split(c)[1:]]
+        r = CliRunner().invoke(cli, [*args, "-q"] if args[0] == "replay" else args)
+        assert r.exit_code == 0, (c, r.output)
+    assert (tmp_path / "runs" / "mine" / "summary.json").exists()
