@@ -94,6 +94,11 @@ def test_claude_code_to_mooncake_blocks_follow_the_cache_reads(tmp_path):
     recs = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
     assert [r["input_length"] for r in recs] == t.calls.sort("t_start_s")["input_tokens"].to_list()
     assert all(len(r["hash_ids"]) == -(-r["input_length"] // 512) for r in recs)
+    # AIPerf's mooncake_trace schema (docs/benchmark_modes/trace_replay.md): these four keys,
+    # integer ms timestamps in order; a timestamp excludes session_id/delay
+    assert all(list(r) == ["timestamp", "input_length", "output_length", "hash_ids"] for r in recs)
+    assert all(type(v) is int for r in recs for v in (r["timestamp"], *r["hash_ids"]))
+    assert [r["timestamp"] for r in recs] == sorted(r["timestamp"] for r in recs)
     # the compaction call keeps exactly the 28 blocks of its 14,800 cached tokens, then new ones
     assert recs[5]["hash_ids"][:28] == recs[0]["hash_ids"][:28]
     assert recs[5]["hash_ids"][28] not in {h for r in recs[:5] for h in r["hash_ids"]}

@@ -209,4 +209,26 @@ def test_readme_three_commands_run_on_claude_code_logs(tmp_path, monkeypatch):
         args = [a.replace("~/.claude/projects", str(CC)) for a in shlex.split(c)[1:]]
         r = CliRunner().invoke(cli, [*args, "-q"] if args[0] == "replay" else args)
         assert r.exit_code == 0, (c, r.output)
-    assert (tmp_path / "runs" / "mine" / "summary.json").exists()
+    summary = json.loads((tmp_path / "runs" / "mine" / "summary.json").read_text())
+    assert summary["kv_tiers"]  # KV tiers run on blocks synthesized from the token counts
+
+
+def test_a_sudden_context_drop_without_marker_is_a_compaction(tmp_path):
+    def call(i: int, ts: str, read: int) -> str:
+        usage = {
+            "input_tokens": 5,
+            "cache_creation_input_tokens": 500,
+            "cache_read_input_tokens": read,
+            "output_tokens": 9,
+        }
+        msg = {"id": f"m{i}", "model": "claude-opus-4-5", "usage": usage, "content": []}
+        return json.dumps({"type": "assistant", "timestamp": ts, "uuid": f"u{i}", "message": msg})
+
+    src = tmp_path / "s.jsonl"
+    src.write_text(
+        "\n".join(
+            [call(0, "2026-01-01T00:00:00Z", 90_000), call(1, "2026-01-01T00:01:00Z", 30_000)]
+        )
+    )
+    got = load_trace("claude-code", src).calls
+    assert got["is_compaction"].to_list() == [False, True]  # 30,505 < 0.6 × 90,505 (SEED-6)
