@@ -232,3 +232,59 @@ def test_a_sudden_context_drop_without_marker_is_a_compaction(tmp_path):
     )
     got = load_trace("claude-code", src).calls
     assert got["is_compaction"].to_list() == [False, True]  # 30,505 < 0.6 × 90,505 (SEED-6)
+
+
+def test_claude_code_and_codex_mappings_agree_with_tracelab_on_real_steps(tmp_path):
+    """TraceLab (uw-syfi) derived its rows from real Claude Code and Codex logs; the raw usage
+    fields it keeps, written back as Claude Code entries and Codex token_count events, must
+    give what agentx's tracelab importer reads from TraceLab's own totals."""
+    from conftest import shared_path
+
+    src = shared_path("tracelab-example", "round_trace.jsonl")
+    steps = [json.loads(line) for line in src.read_text().splitlines() if line.strip()]
+    cc, cx = [], []
+    for i, r in enumerate(steps):
+        ts = r["timing_events"][0]["timestamp"]
+        if r["provider"] == "claude":
+            usage = {
+                "input_tokens": r["claude_uncached_input_tokens"],
+                "cache_creation_input_tokens": r["claude_cache_creation_input_tokens"],
+                "cache_read_input_tokens": r["claude_cache_read_input_tokens"],
+                "output_tokens": r["output_tokens"],
+            }
+            msg = {"id": f"m{i}", "model": r["model"], "usage": usage}
+            cc.append(json.dumps({"type": "assistant", "timestamp": ts, "message": msg}))
+        else:
+            last = {
+                "input_tokens": r["input_tokens_total"],
+                "cached_input_tokens": r["prefix_tokens"],
+                "output_tokens": r["output_tokens"],
+            }
+            info = {"total_token_usage": {"n": i}, "last_token_usage": last}
+            cx.append(
+                json.dumps(
+                    {
+                        "timestamp": ts,
+                        "type": "event_msg",
+                        "payload": {"type": "token_count", "info": info},
+                    }
+                )
+            )
+    (tmp_path / "cc.jsonl").write_text("\n".join(cc) + "\n")
+    (tmp_path / "rollout-x.jsonl").write_text("\n".join(cx) + "\n")
+    ref = load_trace("tracelab", src).calls
+    cols = ["input_tokens", "reused_prefix_tokens", "new_tokens", "output_tokens"]
+    for fmt, name, provider in (
+        ("claude-code", "cc.jsonl", "claude"),
+        ("codex", "rollout-x.jsonl", "codex"),
+    ):
+        got = load_trace(fmt, tmp_path / name).calls.select(cols)
+        want = [r for r in steps if r["provider"] == provider]
+        assert len(want) >= 9 and got.height == len(want)
+        assert got["input_tokens"].to_list() == [r["input_tokens_total"] for r in want]
+        assert got["reused_prefix_tokens"].to_list() == [r["prefix_tokens"] for r in want]
+        assert got["new_tokens"].to_list() == [r["newly_append_tokens"] for r in want]
+        tl = ref.filter(pl.col("input_tokens").is_in(got["input_tokens"].implode()))
+        assert sorted(tl["reused_prefix_tokens"].to_list()) == sorted(
+            got["reused_prefix_tokens"].to_list()
+        )
