@@ -196,3 +196,13 @@ def test_broken_otlp_document_names_its_own_line(tmp_path):
     assert r.output.startswith(
         f"Error: {bad}: not valid JSON: Expecting ':' delimiter (line {line_no}, "
     )
+
+
+def test_deeply_nested_json_is_one_line(tmp_path):
+    bad = tmp_path / "deep.jsonl"
+    bad.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    r = _run("claude-code", bad, tmp_path / "o.parquet")
+    assert (r.exit_code, r.output) == (
+        1,
+        f"Error: {bad}: line 1: not readable JSON: nested too deeply\n",
+    )

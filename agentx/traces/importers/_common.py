@@ -45,6 +45,8 @@ def parse_json(path: Path, text: bytes | str, where: str | None = None) -> objec
         return json.loads(text)
     except UnicodeDecodeError:
         raise InputError(path, "not UTF-8 text", where=where) from None
+    except RecursionError:
+        raise InputError(path, "not readable JSON: nested too deeply", where=where) from None
     except json.JSONDecodeError as exc:
         # inside one JSON Lines record the record's own line number is already in ``where``
         at = f"column {exc.colno}" if where else f"line {exc.lineno}, column {exc.colno}"

@@ -22,6 +22,7 @@ ancestor, the session's first agent being the main one. Prompt and completion at
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from agentx.errors import InputError
@@ -57,11 +58,9 @@ def _spans(path: Path):
     try:
         docs = [(None, parse_json(path, raw))]
     except InputError as whole:
-        first = next((ln for ln in raw.split(b"\n") if ln.strip()), b"")
-        try:
-            parse_json(path, first, "line 1")
-        except InputError:
-            raise whole from None  # not JSON Lines either: the whole document's error stands
+        lines = [ln for ln in raw.split(b"\n") if ln.strip()][:2]
+        if len(lines) > 1 and not any(_is_object(ln) for ln in lines):
+            raise whole from None  # a pretty-printed document, not JSON Lines
         docs = [
             (f"line {n}", parse_json(path, line, f"line {n}"))
             for n, line in enumerate(raw.split(b"\n"), 1)
@@ -78,6 +77,13 @@ def _spans(path: Path):
                 for k, span in enumerate(_list(ss, "spans", path, where)):
                     at = f"resourceSpans[{i}].scopeSpans[{j}].spans[{k}]"
                     yield f"{where}: {at}" if where else at, span
+
+
+def _is_object(line: bytes) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except (ValueError, RecursionError):
+        return False
 
 
 def _list(obj: object, key: str, path: Path, where: str | None) -> list:
