@@ -288,3 +288,23 @@ def test_claude_code_and_codex_mappings_agree_with_tracelab_on_real_steps(tmp_pa
         assert sorted(tl["reused_prefix_tokens"].to_list()) == sorted(
             got["reused_prefix_tokens"].to_list()
         )
+
+
+def test_a_resumed_session_repeating_history_counts_each_message_once(tmp_path):
+    orig = CC / "-home-dev-demo" / f"{S2}.jsonl"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / f"{S2}.jsonl").write_text(orig.read_text())
+    extra = {
+        "type": "assistant",
+        "timestamp": "2026-01-10T11:00:00.000Z",
+        "message": {
+            "id": "msg_05A",
+            "model": "claude-opus-4-1",
+            "usage": {"input_tokens": 7, "cache_read_input_tokens": 15400, "output_tokens": 30},
+        },
+    }
+    resumed = orig.read_text() + json.dumps(extra) + "\n"
+    (tmp_path / "a" / "resumed-0000.jsonl").write_text(resumed)
+    got = load_trace("claude-code", tmp_path).calls
+    assert got.height == 4  # 3 calls of the original + the one new call of the resumed file
+    assert got.filter(pl.col("session_id") == "resumed-0000")["input_tokens"].to_list() == [15407]

@@ -7,7 +7,8 @@ Format (JSON Lines, one entry a line; see traces/README.md for the sources): ``t
 An assistant entry's ``message`` holds ``id``, ``model`` and ``usage`` (``input_tokens``,
 ``cache_creation_input_tokens``, ``cache_read_input_tokens``, ``output_tokens``). A streamed
 response is written as one entry per content block, all with the same ``message.id`` and
-usage, so calls are keyed by ``message.id`` (ccusage de-duplicates the same way).
+usage, so calls are keyed by ``message.id`` (ccusage de-duplicates the same way); a resumed
+session's file repeats earlier entries, which are counted once (in the first file read).
 Compaction: a ``system`` entry with ``subtype: "compact_boundary"`` (``compactMetadata``), and
 the user entry with ``isCompactSummary: true`` that follows it.
 
@@ -35,7 +36,7 @@ def load_claude_code(source) -> Trace:
     """Read Claude Code session files (a file, a project folder or the projects folder)."""
     files = source_files(source, ".jsonl", "Claude Code session files")
     calls = Calls()
-    seen: dict[str, set[str]] = {}  # session -> message ids already taken
+    seen: set[str] = set()  # message ids already taken, in any file
     for path in files:
         _read_file(path, calls, seen)
     options = {"sessions": "one per main file; sub-agent files join their parent session"}
@@ -49,7 +50,7 @@ def _session_of(path: Path) -> tuple[str, str | None]:
     return path.stem, None
 
 
-def _read_file(path: Path, calls: Calls, seen: dict[str, set[str]]) -> None:
+def _read_file(path: Path, calls: Calls, seen: set[str]) -> None:
     session, file_agent = _session_of(path)
     by_id: dict[str, int] = {}  # message id -> row in calls (for the later blocks of a stream)
     pending: dict[str | None, tuple[float | None, str, bool]] = {}
@@ -95,10 +96,9 @@ def _read_file(path: Path, calls: Calls, seen: dict[str, set[str]]) -> None:
             out = _usage(msg, path, where)[2]
             c["output_tokens"][row] = max(c["output_tokens"][row], out)
             continue
-        taken = seen.setdefault(session, set())
-        if key in taken:  # already read from another file of the session
+        if key in seen:  # a resumed session's file repeats earlier entries: count them once
             continue
-        taken.add(key)
+        seen.add(key)
         n_new, n_read, n_out = _usage(msg, path, where)
         t_sent, trig, marked = pending.pop(agent, (None, "unknown", False))
         model = msg.get("model")
