@@ -308,3 +308,24 @@ def test_a_resumed_session_repeating_history_counts_each_message_once(tmp_path):
     got = load_trace("claude-code", tmp_path).calls
     assert got.height == 4  # 3 calls of the original + the one new call of the resumed file
     assert got.filter(pl.col("session_id") == "resumed-0000")["input_tokens"].to_list() == [15407]
+
+
+def test_otel_older_spellings_and_session_attributes(tmp_path):
+    span = {
+        "traceId": "ab" * 16,
+        "spanId": "cd" * 8,
+        "startTimeUnixNano": 1_700_000_000_000_000_000,
+        "endTimeUnixNano": 1_700_000_001_000_000_000,
+        "attributes": {
+            "llm.request.type": "chat",
+            "gen_ai.usage.prompt_tokens": 900,
+            "gen_ai.usage.completion_tokens": 33,
+            "session.id": "oi-session-7",
+        },
+    }
+    src = tmp_path / "s.jsonl"
+    src.write_text(json.dumps(span) + "\n")
+    got = rows("otel", src)
+    assert [(r["session_id"], r["input_tokens"], r["output_tokens"]) for r in got] == [
+        ("oi-session-7", 900, 33)
+    ]

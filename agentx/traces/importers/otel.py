@@ -14,8 +14,8 @@ their usage would count their children twice). Mapping (semantic-conventions
 ``docs/gen-ai/gen-ai-spans.md``): ``gen_ai.usage.input_tokens`` (all input, cached included)
 → ``input_tokens``; ``gen_ai.usage.cache_read.input_tokens`` → ``reused_prefix_tokens``;
 ``gen_ai.usage.output_tokens`` → ``output_tokens``; ``gen_ai.request.model`` (else
-``gen_ai.response.model``) → ``model``; session = ``gen_ai.conversation.id``, else the trace
-id; agent = ``gen_ai.agent.id`` (or ``gen_ai.agent.name``) of the span or its nearest
+``gen_ai.response.model``) → ``model``; session = ``gen_ai.conversation.id`` (else
+OpenInference's ``session.id``, Langfuse's ``langfuse.session.id``), else the trace id; agent = ``gen_ai.agent.id`` (or ``gen_ai.agent.name``) of the span or its nearest
 ancestor, the session's first agent being the main one. Prompt and completion attributes
 (``gen_ai.input.messages`` …) are never read.
 """
@@ -32,6 +32,9 @@ from agentx.traces.io import Trace
 
 CALL_OPERATIONS = ("chat", "text_completion", "generate_content")
 IN, OUT = "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"
+# older spellings (OpenLLMetry and early semantic conventions): read when the current is absent
+IN_OLD, OUT_OLD = "gen_ai.usage.prompt_tokens", "gen_ai.usage.completion_tokens"
+SESSION = ("gen_ai.conversation.id", "session.id", "langfuse.session.id")
 CACHE_READ = ("gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_read_input_tokens")
 AGENT = ("gen_ai.agent.id", "gen_ai.agent.name")
 
@@ -44,7 +47,9 @@ def load_otel(source) -> Trace:
         for where, span in _spans(path):
             spans.append(_span(span, path, where))
     calls = _calls(spans)
-    options = {"sessions": "gen_ai.conversation.id, else trace id"}
+    options = {
+        "sessions": "gen_ai.conversation.id (session.id, langfuse.session.id), else trace id"
+    }
     return assemble(calls, "otel", options, files[0] if len(files) == 1 else source)
 
 
@@ -154,9 +159,10 @@ def _calls(spans: list[dict]) -> Calls:
     for s in sorted(spans, key=lambda s: s["startTimeUnixNano"]):
         a, path, where = s["attrs"], s["path"], s["where"]
         op = a.get("gen_ai.operation.name")
-        if op not in CALL_OPERATIONS and (op is not None or IN not in a):
+        in_key = IN if IN in a or IN_OLD not in a else IN_OLD
+        if op not in CALL_OPERATIONS and (op is not None or in_key not in a):
             continue
-        n_in = count(a.get(IN), path, where, IN)
+        n_in = count(a.get(in_key), path, where, in_key)
         read = next((a[k] for k in CACHE_READ if k in a), 0)
         read = count(read, path, where, CACHE_READ[0])
         if read > n_in:
@@ -166,8 +172,7 @@ def _calls(spans: list[dict]) -> Calls:
                 where=where,
                 field=CACHE_READ[0],
             )
-        session = a.get("gen_ai.conversation.id")
-        session = session if isinstance(session, str) and session else s["traceId"]
+        session = next((a[k] for k in SESSION if isinstance(a.get(k), str) and a[k]), s["traceId"])
         agent = _agent(s, by_id)
         first = main_agent.setdefault(session, agent)
         model = a.get("gen_ai.request.model") or a.get("gen_ai.response.model")
@@ -178,12 +183,17 @@ def _calls(spans: list[dict]) -> Calls:
             t_end=max(s["endTimeUnixNano"], s["startTimeUnixNano"]),
             input_tokens=n_in,
             reused_prefix_tokens=read,
-            output_tokens=count(a.get(OUT, 0), path, where, OUT),
+            output_tokens=_output(a, path, where),
             trigger="unknown",
             model=model if isinstance(model, str) else None,
             marked_compaction=False,
         )
     return calls
+
+
+def _output(a: dict, path: Path, where: str) -> int:
+    key = OUT if OUT in a or OUT_OLD not in a else OUT_OLD
+    return count(a.get(key, 0), path, where, key)
 
 
 def _agent(span: dict, by_id: dict) -> str | None:
