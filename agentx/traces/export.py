@@ -87,7 +87,6 @@ def export_mooncake(trace: Trace, out: Path | str) -> int:
     t_ms = np.rint(df["t_start_s"].to_numpy() * 1000.0).astype(np.int64)
     n_in = df["input_tokens"].to_numpy()
     n_out = df["output_tokens"].to_numpy()
-    id_list = ids.tolist()
     lines = []
     for k in order.tolist():
         o = int(offsets[k])
@@ -95,7 +94,7 @@ def export_mooncake(trace: Trace, out: Path | str) -> int:
             "timestamp": int(t_ms[k]),
             "input_length": int(n_in[k]),
             "output_length": int(n_out[k]),
-            "hash_ids": id_list[o : o + int(lens[k])],
+            "hash_ids": ids[o : o + int(lens[k])].tolist(),  # per row: no 83 M-int list
         }
         lines.append(json.dumps(rec))
     _write_file(out, "".join(line + "\n" for line in lines))
@@ -138,24 +137,25 @@ def export_weka(trace: Trace, out: Path | str) -> int:
     df = trace.calls.with_row_index("_gidx")
     offsets, ids, _ = _block_ids(trace, WEKA_BLOCK_TOKENS)  # global ids are valid local ones
     offset_s = _session_offsets(trace)
-    id_list = ids.tolist()
-    names: dict[str, str] = {}
-    docs = []
-    for sdf in df.partition_by("session_id", maintain_order=True):
-        sid = sdf["session_id"][0]
-        name = _file_name(sid, names)
-        docs.append((name, _session_doc(sdf, sid, offset_s.get(sid), offsets, id_list)))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=str(out.parent)))
+    names: set[str] = set()
     try:
-        for name, doc in docs:
-            (tmp / f"{name}.json").write_text(json.dumps(doc) + "\n", encoding="utf-8")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=str(out.parent)))
+    except OSError as exc:
+        raise InputError(out, f"cannot write here ({exc.strerror or exc})") from None
+    try:  # one session in memory at a time; the folder appears whole or not at all
+        for sdf in df.partition_by("session_id", maintain_order=True):
+            sid = sdf["session_id"][0]
+            doc = _session_doc(sdf, sid, offset_s.get(sid), offsets, ids)
+            (tmp / f"{_file_name(sid, names)}.json").write_text(json.dumps(doc) + "\n")
         os.chmod(tmp, 0o777 & ~_umask())
         os.rename(tmp, out)
+    except OSError as exc:
+        raise InputError(out, f"cannot write here ({exc.strerror or exc})") from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
-    return len(docs)
+    return len(names)
 
 
 def _umask() -> int:
@@ -164,13 +164,14 @@ def _umask() -> int:
     return mask
 
 
-def _file_name(sid: str, taken: dict[str, str]) -> str:
+def _file_name(sid: str, taken: set[str]) -> str:
+    """A safe, unused file name for a session id (ids may hold any character)."""
     name = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in sid).lstrip(".") or "s"
     base, k = name, 1
-    while name in taken.values():
+    while name in taken:
         k += 1
         name = f"{base}_{k}"
-    taken[sid] = name
+    taken.add(name)
     return name
 
 
@@ -189,7 +190,7 @@ def _session_offsets(trace: Trace) -> dict[str, float]:
     return dict(zip(names, t.tolist(), strict=True))
 
 
-def _session_doc(sdf, sid: str, offset: float | None, offsets, id_list) -> dict:
+def _session_doc(sdf, sid: str, offset: float | None, offsets, ids: np.ndarray) -> dict:
     rows = sdf.to_dicts()
     base = offset if offset is not None else min(r["t_start_s"] for r in rows)
     top: list[dict] = []
@@ -201,7 +202,7 @@ def _session_doc(sdf, sid: str, offset: float | None, offsets, id_list) -> dict:
         n_in = r["input_tokens"]
         o = int(offsets[k])
         full = n_in // WEKA_BLOCK_TOKENS
-        hashes = id_list[o : o + full]
+        hashes = ids[o : o + full].tolist()
         req = {"t": t, "type": "n", "model": r["model"], "in": n_in, "out": r["output_tokens"]}
         req["hash_ids"] = hashes
         req["input_types"] = {"user": ["text"], "tool_result": ["tool_result"]}.get(
