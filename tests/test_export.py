@@ -200,3 +200,14 @@ def test_a_trace_without_hashes_exports_with_derived_blocks(tmp_path):
     back = load_trace("mooncake", tmp_path / "a.jsonl").calls
     assert back["input_tokens"].to_list() == small.calls["input_tokens"].to_list()
     assert back["reused_prefix_tokens"].sum() == 0  # nothing was reused, nothing is claimed
+
+
+@pytest.mark.parametrize(("fmt", "name"), [("mooncake", "m.jsonl"), ("weka", "w")])
+def test_unwritable_place_is_one_line(tmp_path, fmt, name):
+    src = tmp_path / "c.parquet"
+    import_trace("claude-code", CC, src)
+    (tmp_path / "f").write_text("a file, not a folder")
+    out = tmp_path / "f" / name
+    r = CliRunner().invoke(cli, ["export", str(src), "--format", fmt, "-o", str(out)])
+    assert r.exit_code == 1 and len(r.output.splitlines()) == 1
+    assert r.output.startswith(f"Error: {out}: cannot write here (")
