@@ -329,3 +329,15 @@ def test_otel_older_spellings_and_session_attributes(tmp_path):
     assert [(r["session_id"], r["input_tokens"], r["output_tokens"]) for r in got] == [
         ("oi-session-7", 900, 33)
     ]
+
+
+def test_otel_collector_file_exporter_layout_one_envelope_a_line(tmp_path):
+    doc = json.loads((FIX / "otel" / "agent-run.otlp.json").read_text())
+    spans = doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    lines = []
+    for half in (spans[:3], spans[3:]):  # the exporter writes one batch per line
+        batch = {"resourceSpans": [{"resource": {}, "scopeSpans": [{"scope": {}, "spans": half}]}]}
+        lines.append(json.dumps(batch))
+    src = tmp_path / "collector.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    assert rows("otel", src) == rows("otel", FIX / "otel" / "agent-run.otlp.json")
