@@ -58,7 +58,11 @@ def _block_ids(trace: Trace, size: int) -> tuple[np.ndarray, np.ndarray, str]:
     if own and int(b[0]) == size:
         lists = df["block_hashes"]
         offsets = np.concatenate(([0], np.cumsum(lists.list.len().to_numpy()))).astype(np.int64)
-        return offsets, lists.explode().to_numpy().astype(np.uint64), trace.hash_scope
+        return (
+            offsets,
+            lists.explode(empty_as_null=False).to_numpy().astype(np.uint64),
+            trace.hash_scope,
+        )
     if own and size % int(b[0]) == 0:
         m = size // int(b[0])
         coarse = df.select(
@@ -71,7 +75,11 @@ def _block_ids(trace: Trace, size: int) -> tuple[np.ndarray, np.ndarray, str]:
             )
         ).to_series()
         offsets = np.concatenate(([0], np.cumsum(coarse.list.len().to_numpy()))).astype(np.int64)
-        return offsets, coarse.explode().to_numpy().astype(np.uint64), trace.hash_scope
+        return (
+            offsets,
+            coarse.explode(empty_as_null=False).to_numpy().astype(np.uint64),
+            trace.hash_scope,
+        )
     offsets, ids = derive_block_ids(df, size)
     return offsets, ids, "session"
 
