@@ -12,8 +12,8 @@ Block ids come from the trace's own ``block_hashes`` where their size fits (merg
 Mooncake: a merged block is named by its last block's id and position); otherwise they are
 derived from the token counts (``agentx.traces.derive_blocks``). Session-scoped ids become
 global ids by numbering (session, position, id) in order of first use; leading full blocks
-inside ``shared_prefix_tokens`` are named by (size, position) so every session with the same
-tool and system prefix shares them (SEED-7).
+inside the agent's smallest ``shared_prefix_tokens`` are named by (size, position) so every
+session with the same tool and system prefix shares them (SEED-7).
 """
 
 from __future__ import annotations
@@ -114,7 +114,13 @@ def _global_ids(df: pl.DataFrame, offsets: np.ndarray, ids: np.ndarray) -> np.nd
     lens = np.diff(offsets)
     row = np.repeat(np.arange(df.height), lens)
     pos = np.arange(len(ids)) - np.repeat(offsets[:-1], lens)
-    spt = df["shared_prefix_tokens"].to_numpy()[row]
+    # one shared size per agent of a session (its smallest), so an agent's blocks are named
+    # alike in every call (as agentx.kv.blocks does)
+    spt = (
+        df.select(pl.col("shared_prefix_tokens").min().over("session_id", "agent_id"))
+        .to_series()
+        .to_numpy()[row]
+    )
     shared = (pos + 1) * MOONCAKE_BLOCK_TOKENS <= spt
     session = df["session_id"].rank("dense").cast(pl.Int64).to_numpy()[row]
     keys = pl.DataFrame(
