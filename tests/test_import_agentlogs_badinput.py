@@ -206,3 +206,29 @@ def test_deeply_nested_json_is_one_line(tmp_path):
         1,
         f"Error: {bad}: line 1: not readable JSON: nested too deeply\n",
     )
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_damaged_span_in_an_otlp_document_names_its_place_and_field(tmp_path, data):
+    """A pretty-printed OTLP document has no useful line numbers: the span's path stands in."""
+    doc = json.loads((FIX / "otel" / "agent-run.otlp.json").read_text())
+    spans = doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    k = data.draw(st.integers(0, len(spans) - 1), label="span")
+    field = data.draw(
+        st.sampled_from(["traceId", "spanId", "startTimeUnixNano", "attributes"]), label="field"
+    )
+    spans[k][field] = data.draw(JUNK, label="value")
+    src = tmp_path / "run.json"
+    src.write_text(json.dumps(doc, indent=1))
+    out = tmp_path / "out.parquet"
+    out.unlink(missing_ok=True)  # tmp_path is shared by the examples
+    r = _run("otel", src, out)
+    assert r.exit_code in (0, 1)
+    if r.exit_code == 0:
+        assert out.exists()
+        return
+    assert len(r.output.splitlines()) == 1 and not out.exists()
+    assert r.output.startswith(
+        f"Error: {src}: resourceSpans[0].scopeSpans[0].spans[{k}]: field '{field}': "
+    )
