@@ -24,6 +24,7 @@ EXIT_BUG = 70
 # (command name, module). Order is the order shown in --help.
 COMMANDS: tuple[tuple[str, str], ...] = (
     ("import", "agentx.cli.cmd_import"),
+    ("export", "agentx.cli.cmd_export"),
     ("inspect", "agentx.cli.cmd_inspect"),
     ("synth", "agentx.cli.cmd_synth"),
     ("hw", "agentx.cli.cmd_hw"),

@@ -14,19 +14,21 @@ _FORMATS_HELP = "\n".join(f"  {name}: {desc}" for name, (_, _, desc) in FORMATS.
 
 @click.command(
     "import",
-    help=f"""Import SOURCE (format FORMAT) into one canonical trace Parquet file.
+    help=f"""Import SOURCE... (format FORMAT) into one canonical trace Parquet file.
 
 \b
 Formats:
 {_FORMATS_HELP}
 
 Weka sessions carry no absolute start times; they are placed on one clock by a seeded Poisson
-process of session arrivals (--session-rate, --seed). The output is written atomically and is
+process of session arrivals (--session-rate, --seed). claude-code, codex and otel read
+several files or folders at once and keep their wall-clock times; no prompt or response
+text is read into the trace, only token counts, ids, times and model names. The output is written atomically and is
 byte-identical for equal input and options.""",
     epilog="Example: agentx import weka ../shared/traces/weka-claude-code -o w.parquet",
 )
 @click.argument("fmt", metavar="FORMAT")
-@click.argument("source", type=click.Path(path_type=Path))
+@click.argument("source", nargs=-1, required=True, type=click.Path(path_type=Path))
 @output_file_option("Trace to write (atomically).")
 @click.option(
     "--session-rate",
@@ -51,7 +53,7 @@ def command(fmt, source, output, session_rate_per_s, seed, as_json, quiet) -> No
             options["seed"] = seed
     elif session_rate_per_s is not None or seed is not None:
         raise UsageError(f"--session-rate and --seed apply to the weka format only, not '{fmt}'")
-    trace = import_trace(fmt, source, output, **options)
+    trace = import_trace(fmt, source if len(source) > 1 else source[0], output, **options)
     df = trace.calls
     summary = {
         "output": str(output),

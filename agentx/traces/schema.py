@@ -124,7 +124,7 @@ COLUMNS: tuple[Column, ...] = (
         pl.String(),
         False,
         "-",
-        "Importer that produced the row: weka, mooncake, azure, tracelab or synth.",
+        "Importer that produced the row: weka, mooncake, azure, tracelab, claude-code, codex, otel or synth.",
     ),
 )
 

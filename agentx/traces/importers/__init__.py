@@ -32,7 +32,24 @@ FORMATS: dict[str, tuple[str, str, str]] = {
         "Azure LLM inference CSV (TIMESTAMP, ContextTokens, GeneratedTokens)",
     ),
     "tracelab": ("agentx.traces.importers.tracelab", "load_tracelab", "TraceLab round_trace JSONL"),
+    "claude-code": (
+        "agentx.traces.importers.claude_code",
+        "load_claude_code",
+        "Claude Code session logs (~/.claude/projects: a .jsonl file, a project or all projects)",
+    ),
+    "codex": (
+        "agentx.traces.importers.codex",
+        "load_codex",
+        "OpenAI Codex CLI rollouts (~/.codex/sessions/**/rollout-*.jsonl)",
+    ),
+    "otel": (
+        "agentx.traces.importers.otel",
+        "load_otel",
+        "OpenTelemetry GenAI spans as OTLP JSON (resourceSpans envelopes or one span a line)",
+    ),
 }
+# formats that read several files or folders given together
+MULTI_SOURCE = ("claude-code", "codex", "otel")
 
 
 def loader(fmt: str):
@@ -57,17 +74,32 @@ def load_trace(fmt: str, source: Path | str, **options) -> Trace:
             raise UsageError(
                 f"format '{fmt}' takes no option '{name}' (it takes: {', '.join(known)})"
             )
-    if not Path(source).exists():
-        raise InputError(source, "no such file or folder")
-    return load(source, **options)
+    sources = _sources(fmt, source)
+    for src in sources:
+        if not Path(src).exists():
+            raise InputError(src, "no such file or folder")
+    return load(sources if fmt in MULTI_SOURCE else sources[0], **options)
+
+
+def _sources(fmt: str, source) -> list:
+    sources = [source] if isinstance(source, (str, Path)) else list(source)
+    if not sources:
+        raise UsageError(f"format '{fmt}' needs a file or folder to read")
+    if len(sources) > 1 and fmt not in MULTI_SOURCE:
+        raise UsageError(
+            f"format '{fmt}' reads one file or folder, got {len(sources)} "
+            f"(several are read by: {', '.join(MULTI_SOURCE)})"
+        )
+    return sources
 
 
 def import_trace(fmt: str, source: Path | str, out: Path | str, **options) -> Trace:
     """Import ``source`` and write the trace to ``out`` atomically; returns the trace."""
     loader(fmt)
-    check_output(out, [source])
+    sources = _sources(fmt, source)
+    check_output(out, sources)
     trace = load_trace(fmt, source, **options)
-    write_trace(trace, out, inputs=[source])
+    write_trace(trace, out, inputs=sources)
     return trace
 
 

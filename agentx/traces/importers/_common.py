@@ -45,6 +45,8 @@ def parse_json(path: Path, text: bytes | str, where: str | None = None) -> objec
         return json.loads(text)
     except UnicodeDecodeError:
         raise InputError(path, "not UTF-8 text", where=where) from None
+    except RecursionError:
+        raise InputError(path, "not readable JSON: nested too deeply", where=where) from None
     except json.JSONDecodeError as exc:
         # inside one JSON Lines record the record's own line number is already in ``where``
         at = f"column {exc.colno}" if where else f"line {exc.lineno}, column {exc.colno}"
@@ -147,7 +149,10 @@ def finish(df: pl.DataFrame, meta: dict[str, str], path: object) -> Trace:
     df = df.with_columns(
         (pl.col("input_tokens") - pl.col("reused_prefix_tokens")).alias("new_tokens"),
     )
-    df = df.with_columns(compaction_flags(df))
+    flags = compaction_flags(df)
+    if "is_compaction" in df.columns:  # the source's own compaction markers, kept alongside
+        flags = flags | df["is_compaction"].fill_null(False)
+    df = df.with_columns(flags)
     df = S.conform(df)
     S.validate(df, path)
     return Trace(df, meta)

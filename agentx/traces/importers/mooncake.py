@@ -32,8 +32,8 @@ from agentx.traces.io import Trace, trace_metadata
 BLOCK_SIZE_TOKENS = 512
 
 
-def _read(path: Path) -> tuple[list[float], list[int], list[int], list[list[int]]]:
-    t_ms, n_in, n_out, hashes = [], [], [], []
+def _read(path: Path) -> tuple[list[float], list[int], list[int], list[list[int]], list[int]]:
+    t_ms, n_in, n_out, hashes, lines = [], [], [], [], []
     text = read_bytes(path)
     prev = 0.0
     for line_no, line in enumerate(text.splitlines(), 1):
@@ -81,9 +81,10 @@ def _read(path: Path) -> tuple[list[float], list[int], list[int], list[list[int]
         n_in.append(k_in)
         n_out.append(k_out)
         hashes.append(h)
+        lines.append(line_no)
     if not hashes:
         raise InputError(path, "no requests in the file")
-    return t_ms, n_in, n_out, hashes
+    return t_ms, n_in, n_out, hashes, lines
 
 
 def chain_roots(hashes: list[list[int]]) -> np.ndarray:
@@ -109,7 +110,7 @@ def load_mooncake(source: Path | str) -> Trace:
     path = Path(source)
     if path.is_dir():
         raise InputError(path, "is a folder, expected one Mooncake .jsonl file")
-    t_ms, n_in, n_out, hashes = _read(path)
+    t_ms, n_in, n_out, hashes, lines = _read(path)
     n = len(hashes)
     lens = np.fromiter(map(len, hashes), dtype=np.int64, count=n)
     offsets = np.concatenate(([0], np.cumsum(lens)))
@@ -137,6 +138,8 @@ def load_mooncake(source: Path | str) -> Trace:
             "think_time_s": pl.Series([None] * n, dtype=pl.Float64),
             "model": pl.Series([None] * n, dtype=pl.String),
             "source": "mooncake",
+            # file order breaks ties of the ms-bucketed timestamps, so an export keeps it
+            "source_line": np.asarray(lines, dtype=np.int64),
         }
     ).sort("_root", "_row")
     df = df.with_columns(pl.int_range(pl.len()).over("_root").alias("call_index"))
