@@ -157,13 +157,15 @@ def test_cli_refuses_several_sources_for_a_single_source_format(tmp_path):
 
 
 def test_folder_without_session_files_is_one_line(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
     r = CliRunner().invoke(
-        cli, ["import", "claude-code", str(tmp_path), "-o", str(tmp_path / "x.parquet")]
+        cli, ["import", "claude-code", str(logs), "-o", str(tmp_path / "x.parquet")]
     )
     assert r.exit_code == 1
     assert (
         r.output
-        == f"Error: {tmp_path}: no Claude Code session files (*.jsonl) in this folder or below\n"
+        == f"Error: {logs}: no Claude Code session files (*.jsonl) in this folder or below\n"
     )
 
 
