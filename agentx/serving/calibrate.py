@@ -42,7 +42,7 @@ HUBER_DELTA = 0.1
 PRIOR = 0.05  # ridge towards the defaults, in units of log-residual per log-parameter
 BOUND = np.log(4.0)
 OVERHEAD_MAX_S = 2.0
-STEPS = 12
+STEPS = 8
 
 
 def with_params(catalog: Catalog, hw: str, theta: np.ndarray) -> Catalog:

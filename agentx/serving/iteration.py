@@ -15,8 +15,8 @@ Physics, per forward pass of the whole instance (COST-MODEL.md §3-4):
 * Attention: decode token ``j`` of a sequence at context ``c`` attends to ``c + j`` tokens and
   reads their KV; a prefill chunk attends to its prefix and to itself (causal).
 * Communication: TP all-reduce per layer, EP dispatch/combine per MoE layer.
-* Pipeline parallelism (``pp`` stages): the batch runs as ``pp`` micro-batches so every stage is
-  busy, and a token crosses every stage in turn. A stage does 1/pp of the layers on
+* Pipeline parallelism (``pp`` stages): the batch runs as ``min(pp, sequences)`` micro-batches
+  (a sequence is never split), and a token crosses every stage in turn. A stage does 1/pp of the layers on
   ``gpus/pp`` GPUs, so the time a token waits between two of its iterations is
   ``pp × roofline(work of one micro-batch over all gpus)``. Weights are re-read by every
   micro-batch: adding stages never shortens an iteration at a fixed batch (the "bubble" cost
@@ -69,13 +69,15 @@ def iteration_cost(
     """
     lay, m = layout(cfg), cfg.model
     pp = float(cfg.pp)
-    b = _a(decode_seqs) / pp  # one micro-batch
+    b, n = _a(decode_seqs), _a(prefill_tokens)
     c = _a(decode_context_tokens)
     q = _a(tokens_per_decode_seq)
-    n = _a(prefill_tokens) / pp
     p0 = _a(prefill_prefix_tokens)
-    ns = (n > 0).astype(np.float64) if prefill_seqs is None else _a(prefill_seqs) / pp
+    ns = (n > 0).astype(np.float64) if prefill_seqs is None else _a(prefill_seqs)
     ns = np.minimum(ns, n)
+    # pp micro-batches in flight, none smaller than one sequence (fewer leave stages idle).
+    micro = np.clip(b + ns, 1.0, pp)
+    b, n, ns = b / micro, n / micro, ns / micro
     dec_tok = b * q
     tok = dec_tok + n
     # Linear layers, attention side and FFN side on their own datapaths.
