@@ -248,3 +248,58 @@ def test_calibrate_refuses_a_system_without_points(tmp_path):
     assert res.exit_code != 0
     assert "no usable measured point for --hw tpu7x" in res.output
     assert not (tmp_path / "x.toml").exists()
+
+
+DOC = ROOT / "docs" / "validation.md"
+BEGIN, END = "<!-- inferencex-table:begin -->", "<!-- inferencex-table:end -->"
+
+
+def rows_markdown(points, records) -> str:
+    """Per-row table of docs/validation.md: measured / modelled per metric, default efficiencies."""
+    by = {}
+    for r in records:
+        by.setdefault(r["row"], {})[r["metric"]] = r
+    out = [
+        "| row | system | model, precision | engine | layout | ISL/OSL | conc | TPOT ms meas / model | TTFT ms meas / model | out tok/s/GPU meas / model | set |",
+        "|---:|---|---|---|---|---|---:|---|---|---|---|",
+    ]
+    for p in points:
+        if p.row not in by:
+            continue
+        d = by[p.row]
+
+        def cell(k, d=d):
+            r = d.get(k)
+            return f"{r['measured']:.4g} / {r['modelled']:.4g} ({r['ratio']:.2f})" if r else "–"
+
+        if p.disagg:
+            lay = f"P {p.prefill_workers}×tp{p.prefill.tp} / D {p.decode_workers}×tp{p.decode.tp}"
+        else:
+            w = p.worker
+            lay = f"tp{w.tp} ep{w.ep}" + (" dp-attn" if w.dp_attention else "")
+        tag = "acceptance" if next(iter(d.values()))["acceptance"] else (
+            "saturated" if p.saturated else ("disagg" if p.disagg else "")
+        )
+        out.append(
+            f"| {p.row} | {p.hardware} | {p.model} {p.precision} | {p.framework} | {lay} | "
+            f"{p.isl_tokens}/{p.osl_tokens} | {p.concurrency} | {cell('tpot_ms')} | "
+            f"{cell('ttft_ms')} | {cell('output_tok_s_per_gpu')} | {tag} |"
+        )
+    return "\n".join(out)
+
+
+def test_validation_doc_row_table_is_current(measured):
+    import os
+    import re
+
+    recs, _ = validate_points(CAT, measured[0])
+    table = rows_markdown(measured[0], recs)
+    text = DOC.read_text(encoding="utf-8")
+    if os.environ.get("AGENTX_REGEN_DOCS"):
+        text = re.sub(
+            re.escape(BEGIN) + ".*?" + re.escape(END), f"{BEGIN}\n{table}\n{END}", text, flags=re.S
+        )
+        DOC.write_text(text, encoding="utf-8")
+    m = re.search(re.escape(BEGIN) + r"\n(.*?)\n" + re.escape(END), text, flags=re.S)
+    assert m, f"{DOC} lacks the {BEGIN} … {END} block"
+    assert m.group(1) == table, "docs/validation.md is stale: rerun with AGENTX_REGEN_DOCS=1"
