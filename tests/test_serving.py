@@ -130,3 +130,23 @@ def test_expert_precision_changes_expert_bytes_only():
     assert nv.expert_bytes_per_param == 4.5 / 8 and nv.weight_bytes_per_param == 1.0
     # Small batches are weight-bound: lighter experts make the step faster.
     assert iteration_time_s(nv, 4, 2048) < iteration_time_s(fp8, 4, 2048)
+
+
+def test_shared_layout_options_reach_make_config():
+    import click
+    from click.testing import CliRunner
+
+    from agentx.cli._common import layout_options
+
+    @click.command()
+    @layout_options
+    def cmd(**kw):
+        cfg = make_config(CAT, "b200", "deepseek-v3", gpus=8, **kw)
+        click.echo(f"{cfg.tp} {cfg.ep} {cfg.pp} {cfg.weight_precision} {cfg.expert_precision}")
+
+    args = ["--tp", "8", "--ep", "8", "--tp-attention", "--expert-precision", "nvfp4"]
+    res = CliRunner().invoke(cmd, args)
+    assert res.exit_code == 0, res.output
+    assert res.output == "8 8 1 fp8 nvfp4\n"
+    bad = CliRunner().invoke(cmd, ["--weight-precision", "fp5"])
+    assert bad.exit_code == 2 and "fp5" in bad.output
