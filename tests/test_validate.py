@@ -305,3 +305,12 @@ def test_validation_doc_row_table_is_current(measured):
     m = re.search(re.escape(BEGIN) + r"\n(.*?)\n" + re.escape(END), text, flags=re.S)
     assert m, f"{DOC} lacks the {BEGIN} … {END} block"
     assert m.group(1) == table, "docs/validation.md is stale: rerun with AGENTX_REGEN_DOCS=1"
+
+
+def test_unservable_layout_names_row_and_field(tmp_path):
+    f, res = _run(tmp_path, f"{HEADER}\n{GOOD.replace('tp8 ep1', 'tp16 ep1')}\n")
+    assert res.exit_code == 1
+    assert res.output == (
+        f"Error: {f}: row 0: field 'parallelism': tp16 ep1 on 16 GPUs cannot be served: "
+        "tp 16 exceeds the 8-GPU scale-up domain of h200\n"
+    )
