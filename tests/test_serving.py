@@ -182,3 +182,20 @@ def test_replay_latency_columns_cross_every_stage():
                 # fewer replicas under pp shrink; a dense model isolates the pipeline term.)
                 base = frames[1]["ttft_s"].to_numpy()[one_chunk]
                 assert (ttft.to_numpy()[one_chunk] >= base * (1 - 1e-9)).all(), pp
+
+
+def test_throughput_at_interactivity_meets_the_target_and_is_the_best():
+    from agentx.serving.steady import throughput_at_interactivity
+
+    cfg = _cfg("b200", gpus=8, tp=8, ep=8, dp_attention=True)
+    best = throughput_at_interactivity(cfg, 1024, 1024, 42.0, max_concurrency=512)
+    assert best["output_tok_s_per_user"] >= 42.0 and best["concurrency"] >= 1
+    conc = np.arange(1, 513, dtype=np.float64)
+    r = steady_state(cfg, conc, 1024, 1024)
+    meets = r["output_tok_s_per_user"] >= 42.0
+    assert best["output_tok_s_per_gpu"] == pytest.approx(r["output_tok_s_per_gpu"][meets].max())
+    # Faster users, less throughput per GPU; an unreachable target says so with zeros.
+    slower = throughput_at_interactivity(cfg, 1024, 1024, 20.0, max_concurrency=512)
+    assert slower["output_tok_s_per_gpu"] >= best["output_tok_s_per_gpu"]
+    none = throughput_at_interactivity(cfg, 1024, 1024, 1e6, max_concurrency=8)
+    assert none["concurrency"] == 0 and none["output_tok_s_per_gpu"] == 0.0
