@@ -199,3 +199,14 @@ def test_throughput_at_interactivity_meets_the_target_and_is_the_best():
     assert slower["output_tok_s_per_gpu"] >= best["output_tok_s_per_gpu"]
     none = throughput_at_interactivity(cfg, 1024, 1024, 1e6, max_concurrency=8)
     assert none["concurrency"] == 0 and none["output_tok_s_per_gpu"] == 0.0
+
+
+def test_prefill_only_iterations_cost_more_than_mixed_chunks():
+    """A prefill pass of its own re-reads the weights the decode pass already read, so the
+    SGLang default (decodes wait) never beats chunks riding in decode iterations."""
+    cfg = _cfg("h200", gpus=8, tp=8, ep=8, dp_attention=False)
+    conc = np.array([1.0, 8.0, 64.0])
+    mixed = steady_state(cfg, conc, 1024, 1024)
+    alone = steady_state(cfg, conc, 1024, 1024, mixed_prefill=False)
+    assert np.all(alone["tpot_s"] >= mixed["tpot_s"] * (1 - 1e-9))
+    assert np.all(alone["output_tok_s_per_gpu"] <= mixed["output_tok_s_per_gpu"] * (1 + 1e-9))

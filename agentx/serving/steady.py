@@ -99,10 +99,16 @@ def steady_state(
     *,
     range_ratio: float = RANGE_RATIO,
     spec: Speculation | None = None,
+    mixed_prefill: bool = True,
 ) -> dict[str, np.ndarray]:
     """Aggregated (one pool) steady state; returns arrays over ``concurrency``:
     ``tpot_s, ttft_s, requests_per_s, output_tok_s, output_tok_s_per_gpu,
-    output_tok_s_per_user, running, decode_batch, waiting, prefill_share``."""
+    output_tok_s_per_user, running, decode_batch, waiting, prefill_share``.
+
+    ``mixed_prefill``: prefill chunks ride in the decode iterations (vLLM V1 chunked prefill,
+    TRT-LLM in-flight batching), or run as prefill-only iterations while decodes wait
+    (SGLang's default, ``--enable-mixed-chunk`` off): then a chunk costs a whole pass of its own,
+    weights included."""
     spec = spec or Speculation()
     C = np.asarray(concurrency, dtype=np.float64)
     isl, osl = mean_length(isl_tokens, range_ratio), mean_length(osl_tokens, range_ratio)
@@ -115,9 +121,13 @@ def steady_state(
     tpot = ttft_svc = X = rho = np.zeros_like(C)
     for i in range(ITERATIONS):
         t_d = _decode_step(cfg, B, ctx, spec)
-        t_mix = t_d + (
-            iteration_time_s(cfg, B, ctx, chunk, 0.0, chunk / isl) - iteration_time_s(cfg, B, ctx)
-        )
+        if mixed_prefill:
+            extra = iteration_time_s(cfg, B, ctx, chunk, 0.0, chunk / isl) - iteration_time_s(
+                cfg, B, ctx
+            )
+        else:
+            extra = iteration_time_s(cfg, 0.0, 0.0, chunk, 0.0, chunk / isl)
+        t_mix = t_d + extra
         per_token = (t_mix - t_d) / chunk
         # Service of the prompt once its turn comes, and the M/D/1 wait for the chunk budget.
         svc = passes * t_mix
