@@ -18,6 +18,14 @@ from agentx.replay.config import make_config
 from agentx.serving.points import BF16_KV_ENGINES, METRICS, Point, Worker
 from agentx.serving.steady import Speculation, disaggregated_steady_state, steady_state
 
+# SGLang runs prefill batches on their own (decodes wait) unless --enable-mixed-chunk is given
+# (SGLang server arguments, default off); vLLM V1 and TRT-LLM mix chunks into decode steps.
+SEPARATE_PREFILL_ENGINES = ("sglang",)
+# Not applied to the measured rows: whether InferenceX's SGLang recipes pass
+# --enable-mixed-chunk is not recorded in the CSV. Tried (docs/validation.md): default TPOT
+# median 21.7 -> 21.6 %, TTFT 66.1 -> 63.6 %, but leave-one-group-out TPOT 11.8 -> 12.7 %.
+SGLANG_PREFILL_APART = False
+
 # Per-component formats of the measured checkpoints (SOURCES.md "FP4 checkpoints"):
 #   DSR1 FP4 on NVIDIA = nvidia/DeepSeek-R1-0528-FP4: NVFP4 routed experts, the rest kept in the
 #     base checkpoint's FP8 [E: ModelOpt quantises the MoE GEMMs; attention stays FP8].
@@ -98,11 +106,38 @@ def deployment_for(catalog, p: Point, spec: Speculation | None = None) -> Deploy
     )
 
 
+def check_points(path, catalog, points: list[Point]) -> None:
+    """Every row's layout must be one agentx can build; else one line naming file, row, field."""
+    from agentx.errors import AgentxError, InputError
+
+    for p in points:
+        try:
+            deployment_for(catalog, p)
+        except AgentxError as err:
+            msg = str(err).replace("--", "")
+            w = p.worker or p.decode
+            raise InputError(
+                path,
+                f"tp{w.tp} ep{w.ep} on {w.gpus} GPUs cannot be served: {msg}",
+                row=p.row,
+                field="parallelism",
+            ) from None
+
+
 def model_point(catalog, p: Point, spec: Speculation | None = None) -> dict[str, float]:
     """Modelled metrics of one measured point (same names and units as the CSV)."""
     d = deployment_for(catalog, p, spec)
     if d.cfg is not None:
-        r = steady_state(d.cfg, p.concurrency, p.isl_tokens, p.osl_tokens, spec=d.spec)
+        r = steady_state(
+            d.cfg,
+            p.concurrency,
+            p.isl_tokens,
+            p.osl_tokens,
+            spec=d.spec,
+            mixed_prefill=p.framework not in SEPARATE_PREFILL_ENGINES
+            if SGLANG_PREFILL_APART
+            else True,
+        )
     else:
         r = disaggregated_steady_state(
             d.prefill_cfg,
