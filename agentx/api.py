@@ -33,7 +33,19 @@ def _prepare(trace: TracePath, catalog, model: str, load_scale: float, over_cont
     from agentx.traces.transform import fit_context, scale_load
 
     tr, rec = fit_context(_trace(trace), catalog.model(model).max_context_tokens, over_context)
+    _warn(rec)
     return scale_load(tr, load_scale), rec
+
+
+def _warn(rec: dict) -> None:
+    if rec["mode"] == "warn" and rec["calls_over"]:
+        import warnings
+
+        warnings.warn(
+            f"{rec['calls_over']:,} calls need more than the model's {rec['limit_tokens']:,}-token "
+            "context and are priced as they are (over_context='compact', 'drop' or 'error')",
+            stacklevel=3,
+        )
 
 
 @dataclass(frozen=True)
@@ -190,6 +202,7 @@ def compare(
     systems = [h.strip() for h in hw.split(",")] if isinstance(hw, str) else list(hw)
     limits = parse_slo(slo or DEFAULT) if not isinstance(slo, dict) else slo
     tr, ctx = fit_context(_trace(trace), cat.model(model).max_context_tokens, over_context)
+    _warn(ctx)
     results, tried, frontier = _compare(
         cat, tr, systems, model, limits, load_scale=load_scale, gpus=gpus,
         usd_per_gpu_hour=usd_per_gpu_hour, **config,
