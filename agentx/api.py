@@ -94,11 +94,15 @@ class Run:
             out["timeseries"] = lambda: C.sim_timeseries(t["sim_timeseries"])
         return out
 
-    def write(self, run_dir: os.PathLike | str) -> Path:
-        """Save as a run directory that ``agentx sql`` and ``agentx report`` read."""
+    def write(self, run_dir: os.PathLike | str, *, inputs: dict | None = None) -> Path:
+        """Save as a run directory that ``agentx sql`` and ``agentx report`` read; ``inputs``
+        (name → file, e.g. ``{"trace": path}``) are fingerprinted into its run.json."""
         from agentx.runs import write_run
 
-        return write_run(run_dir, self.kind, self.tables, summary=self.summary, config=self.config)
+        config = {k: v for k, v in self.config.items() if k != "label"}
+        return write_run(
+            run_dir, self.kind, self.tables, summary=self.summary, inputs=inputs, config=config
+        )
 
 
 def replay(
