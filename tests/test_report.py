@@ -102,6 +102,16 @@ def test_cli_writes_html_and_exports_byte_identical(runs, tmp_path):
     assert r.exit_code == 0 and r.output == "" and out.read_bytes() == first
 
 
+def test_cli_json_names_the_files_and_the_answer(runs, tmp_path):
+    out = tmp_path / "r.html"
+    r = CliRunner().invoke(cli, ["report", str(runs), "-o", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    assert got["written"] == [str(out)]
+    assert got["answer"][0].startswith("replay-b200 (16 × b200): ")
+    assert all(line in out.read_text() for line in got["answer"])
+
+
 def test_cli_errors(runs, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -168,6 +168,14 @@ def answer(db: Database) -> tuple[list[str], list[dict]]:
     return lines, cards
 
 
+def report_answer(paths: Sequence[os.PathLike | str]) -> list[str]:
+    """The sentences the report opens with, for ``agentx report --json``."""
+    run_dirs = [p for p in paths if Path(p).is_dir()]
+    files = [p for p in paths if not Path(p).is_dir()]
+    with open_db(files, run_dirs) as db:
+        return answer(db)[0]
+
+
 def collect_sections(db: Database) -> list[Section]:
     """The tables and charts the loaded inputs can answer, in reading order."""
     v, q = db.views, db.query
