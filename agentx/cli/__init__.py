@@ -29,6 +29,8 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("compare", "agentx.cli.cmd_compare"),
     ("sql", "agentx.cli.cmd_sql"),
     ("report", "agentx.cli.cmd_report"),
+    ("validate", "agentx.cli.cmd_validate"),
+    ("calibrate", "agentx.cli.cmd_calibrate"),
 )
 
 
