@@ -277,8 +277,10 @@ def rows_markdown(points, records) -> str:
         else:
             w = p.worker
             lay = f"tp{w.tp} ep{w.ep}" + (" dp-attn" if w.dp_attention else "")
-        tag = "acceptance" if next(iter(d.values()))["acceptance"] else (
-            "saturated" if p.saturated else ("disagg" if p.disagg else "")
+        tag = (
+            "acceptance"
+            if next(iter(d.values()))["acceptance"]
+            else ("saturated" if p.saturated else ("disagg" if p.disagg else ""))
         )
         out.append(
             f"| {p.row} | {p.hardware} | {p.model} {p.precision} | {p.framework} | {lay} | "

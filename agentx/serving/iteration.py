@@ -45,7 +45,6 @@ from agentx.replay.stages import (
     pair_layers,
 )
 
-
 MMA_M = 64.0  # rows per tensor-core MMA issue (wgmma m64 / tcgen05 M=64)
 
 
