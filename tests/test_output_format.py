@@ -66,7 +66,7 @@ def outputs(sample_trace, tmp_path_factory):
     for name, args in _commands(sample_trace, tmp).items():
         text = CliRunner().invoke(cli, args)
         assert text.exit_code == 0, (name, text.output)
-        json_args = ["--format", "json"] if name == "sql" else ["--json"]
+        json_args = ["--json"]  # sql too (its --format json is the same)
         if name in ("sweep", "simulate"):
             args = [a.replace(str(tmp), str(tmp / "j")) for a in args]
         js = CliRunner().invoke(cli, [*args, *json_args])
@@ -104,6 +104,16 @@ def test_json_is_plain_numbers_with_units_in_keys(outputs):
             # a number given as text would escape the unit-in-key convention
             if isinstance(v, str) and not key.endswith(("version", "_id", "name")):
                 assert not re.fullmatch(r"-?[\d,]+(\.\d+)?(e[+-]\d+)?", v), (name, key, v)
+
+
+def test_sql_json_is_format_json(sample_trace):
+    q = ["sql", "SELECT count(*) AS calls FROM calls", str(sample_trace)]
+    a = CliRunner().invoke(cli, [*q, "--json"])
+    b = CliRunner().invoke(cli, [*q, "--format", "json"])
+    assert a.exit_code == b.exit_code == 0 and a.stdout == b.stdout
+    assert json.loads(a.stdout) == [{"calls": 445}]
+    c = CliRunner().invoke(cli, [*q, "--json", "--format", "csv"])
+    assert c.exit_code == 2 and "Error: give --json or --format csv, not both" in c.output
 
 
 def test_gpu_counts_default_alike(sample_trace, tmp_path):
