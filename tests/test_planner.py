@@ -176,3 +176,16 @@ def test_ttft_grows_with_load_and_prompt(b300):
     busy = ttft_s(b300, shape, 32, 5.0, 3_000.0)
     long = ttft_s(b300, shape, 32, 0.0, 30_000.0)
     assert 0 < idle < busy and idle < long
+
+
+def test_more_load_never_needs_fewer_gpus(sample_trace):
+    from agentx.catalog import load_catalog
+    from agentx.planner.search import compare
+    from agentx.traces.io import read_trace
+
+    cat, tr = load_catalog(()), read_trace(sample_trace)
+    gpus = [
+        compare(cat, tr, ["b300"], load_scale=k)[0][0]["gpus"]
+        for k in (250, 1000, 2000, 3000, 4000)
+    ]
+    assert gpus == sorted(gpus) and gpus[-1] > gpus[0]
