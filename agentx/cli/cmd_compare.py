@@ -26,7 +26,7 @@ from agentx.planner.slo import DEFAULT
 
 @click.command(
     "compare",
-    epilog='Example: agentx compare w.parquet --hw gb200,b300 --slo "tpot_p99<=50ms,ttft_p99<=3s" --load-scale 1000',
+    epilog='Example: agentx compare w.parquet --hw gb200,b300 --slo "tpot_p99<=50ms,ttft_p99<=3s" --load-scale 2000',
 )
 @trace_argument
 @click.option(
