@@ -286,7 +286,7 @@ def plan_system(
 
 def compare(
     catalog, trace, systems: list[str], model: str = "kimi-k2", slo: dict | None = None,
-    load_scale: float = 1.0, **kw,
+    load_scale: float = 1.0, on_system=None, **kw,
 ) -> tuple[list[dict], pl.DataFrame, pl.DataFrame]:  # fmt: skip
     """For each system its cheapest configuration (``RESULT_KEYS`` + price source), a frame of
     every configuration tried, and the Pareto frontier points of all systems."""
@@ -297,6 +297,8 @@ def compare(
     load = trace_load(calls, load_scale)
     results, tried, points = [], [], []
     for hw in systems:
+        if on_system is not None:
+            on_system(hw)  # progress: one step per system
         best, rows, pts = plan_system(catalog, hw, model, load, slo, **kw)
         results.append({k: v for k, v in best.items() if not k.startswith("_")})
         tried += [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
