@@ -86,6 +86,9 @@ def ttft_s(cfg, shape: TraceShape, batch: float, calls_per_s: float, new_tokens:
     t_d, t_mix = (float(v[0]) for v in _mixed(cfg, [batch], shape, chunk))
     u = min(calls_per_s * shape.new_tokens * t_mix / chunk, 0.98)
     svc_mean = max(1.0, shape.new_tokens / chunk) * t_mix
-    own = np.ceil(max(new_tokens, 1.0) / chunk) * t_mix
+    # the call's own prompt runs in chunks of up to the engine's budget
+    own_chunk = min(float(cfg.prefill_chunk_tokens), max(new_tokens, 1.0))
+    own_mix = float(_mixed(cfg, [batch], shape, own_chunk)[1][0])
+    own = np.ceil(max(new_tokens, 1.0) / own_chunk) * own_mix
     overhead = cfg.system.calibrated_request_overhead_s
     return float(t_d / 2.0 + u / (2.0 * (1.0 - u)) * svc_mean + own + overhead)
