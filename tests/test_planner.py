@@ -8,9 +8,12 @@ import re
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentx.cli import cli
 from agentx.planner.slo import parse_slo
+from agentx.testing import trace_objects
 
 SLO = "tpot_p99<=50ms,ttft_p99<=3s"
 
@@ -189,3 +192,24 @@ def test_more_load_never_needs_fewer_gpus(sample_trace):
         for k in (250, 1000, 2000, 3000, 4000)
     ]
     assert gpus == sorted(gpus) and gpus[-1] > gpus[0]
+
+
+@settings(max_examples=8)
+@given(trace_objects(min_sessions=2), st.sampled_from([1.0, 50.0, 5000.0]))
+def test_any_trace_is_served_per_gpu_within_what_it_claims(tr, k):
+    from agentx.catalog import load_catalog
+    from agentx.planner.search import compare, trace_load
+
+    (r,), tried, _ = compare(load_catalog(()), tr, ["b300"], load_scale=k)
+    load = trace_load(tr.calls, k)
+    assert r["output_tok_s_per_gpu"] * r["gpus"] * load.duration_s == pytest.approx(
+        load.output_tokens, rel=1e-9, abs=1e-9
+    )
+    assert r["gpus"] == r["instances"] * r["gpus_per_instance"]
+    assert 0 <= r["utilization"] <= 1 + 1e-9
+    if r["meets_slo"]:
+        assert r["tpot_ms"] <= 50 * (1 + 1e-9) and r["ttft_p99_ms"] <= 3000 * (1 + 1e-9)
+    # the chosen layout is the fewest GPUs among the layouts that meet the SLO
+    ok = tried.filter(pl.col("meets_slo"))
+    if ok.height:
+        assert r["gpus"] == ok["gpus"].min()
