@@ -216,4 +216,4 @@ def compare(
         "systems": results, "answer": headline(results, limits),
     }  # fmt: skip
     tables = {"compare": pl.DataFrame(results), "configurations": tried, "frontier": frontier}
-    return Run("compare", tables, summary, {"hw": systems, "model": model})
+    return Run("compare", tables, summary, {"hw": ",".join(systems), "model": model})

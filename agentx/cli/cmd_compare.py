@@ -111,7 +111,7 @@ def command(
             {"compare": pl.DataFrame(results), "configurations": tried, "frontier": frontier},
             summary=summary,
             inputs={"trace": trace},
-            config={"hw": systems, "model": model_name, "slo": slo, "gpus": counts,
+            config={"hw": ",".join(systems), "model": model_name, "slo": slo, "gpus": counts,
                     "usd_per_gpu_hour": usd_per_gpu_hour, "load_scale": load_scale,
                     "over_context": over_context, "weight_precision": weight_precision,
                     "kv_precision": kv_precision},
