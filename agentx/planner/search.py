@@ -107,12 +107,17 @@ def trace_load(calls: pl.DataFrame, scale: float = 1.0) -> Load:
 
 
 def layouts(system, model, gpus: list[int] | None) -> list[tuple[int, bool | None]]:
-    """(GPUs per instance, data-parallel attention) candidates: node multiples (powers of two)
-    up to the scale-up domain (at least 8 nodes), or the counts the user gave."""
+    """(GPUs per instance, data-parallel attention) candidates: powers of two up to a node, node
+    multiples (powers of two) up to the scale-up domain (at least 8 nodes), or the user's counts."""
     if gpus is None:
         node, dom = system.gpus_per_node, system.scale_up_domain_gpus
         top = min(max(dom, 8 * node), 128)
-        gpus = sorted({node * 2**i for i in range(8) if node * 2**i <= top} | {min(dom, top)})
+        # a small model may need less than a node: 1, 2, 4, … GPUs are tried too
+        gpus = sorted(
+            {2**i for i in range(8) if 2**i < node}
+            | {node * 2**i for i in range(8) if node * 2**i <= top}
+            | {min(dom, top)}
+        )
     attn = (True, False) if model.attention == "mla" else (None,)
     return [(g, a) for g in gpus for a in attn]
 
