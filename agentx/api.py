@@ -33,7 +33,19 @@ def _prepare(trace: TracePath, catalog, model: str, load_scale: float, over_cont
     from agentx.traces.transform import fit_context, scale_load
 
     tr, rec = fit_context(_trace(trace), catalog.model(model).max_context_tokens, over_context)
+    _warn(rec)
     return scale_load(tr, load_scale), rec
+
+
+def _warn(rec: dict) -> None:
+    if rec["mode"] == "warn" and rec["calls_over"]:
+        import warnings
+
+        warnings.warn(
+            f"{rec['calls_over']:,} calls need more than the model's {rec['limit_tokens']:,}-token "
+            "context and are priced as they are (over_context='compact', 'drop' or 'error')",
+            stacklevel=3,
+        )
 
 
 @dataclass(frozen=True)
@@ -82,11 +94,15 @@ class Run:
             out["timeseries"] = lambda: C.sim_timeseries(t["sim_timeseries"])
         return out
 
-    def write(self, run_dir: os.PathLike | str) -> Path:
-        """Save as a run directory that ``agentx sql`` and ``agentx report`` read."""
+    def write(self, run_dir: os.PathLike | str, *, inputs: dict | None = None) -> Path:
+        """Save as a run directory that ``agentx sql`` and ``agentx report`` read; ``inputs``
+        (name → file, e.g. ``{"trace": path}``) are fingerprinted into its run.json."""
         from agentx.runs import write_run
 
-        return write_run(run_dir, self.kind, self.tables, summary=self.summary, config=self.config)
+        config = {k: v for k, v in self.config.items() if k != "label"}
+        return write_run(
+            run_dir, self.kind, self.tables, summary=self.summary, inputs=inputs, config=config
+        )
 
 
 def replay(
@@ -190,6 +206,7 @@ def compare(
     systems = [h.strip() for h in hw.split(",")] if isinstance(hw, str) else list(hw)
     limits = parse_slo(slo or DEFAULT) if not isinstance(slo, dict) else slo
     tr, ctx = fit_context(_trace(trace), cat.model(model).max_context_tokens, over_context)
+    _warn(ctx)
     results, tried, frontier = _compare(
         cat, tr, systems, model, limits, load_scale=load_scale, gpus=gpus,
         usd_per_gpu_hour=usd_per_gpu_hour, **config,
@@ -199,4 +216,4 @@ def compare(
         "systems": results, "answer": headline(results, limits),
     }  # fmt: skip
     tables = {"compare": pl.DataFrame(results), "configurations": tried, "frontier": frontier}
-    return Run("compare", tables, summary, {"hw": systems, "model": model})
+    return Run("compare", tables, summary, {"hw": ",".join(systems), "model": model})

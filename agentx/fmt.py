@@ -32,9 +32,10 @@ def num(v: object) -> str:
             return "0"
         if v.is_integer() and abs(v) < 1e9:
             return f"{int(v):,}"
-        if 1e-3 <= abs(v) < 1e9:
-            return _trim(f"{v:,.{_decimals(v)}f}")
-        return f"{v:.{SIG - 1}e}"
+        r = float(f"{v:.{SIG - 1}e}")  # rounded first, so 999,999,999.5 and 0.00099996 land
+        if 1e-3 <= abs(r) < 1e9:  # on the side of the range their printed form belongs to
+            return _trim(f"{r:,.{_decimals(r)}f}")
+        return f"{r:.{SIG - 1}e}"
     return str(v)
 
 

@@ -12,13 +12,9 @@ MS = 1e-3  # seconds
 HOUR_S = 3600.0
 MILLION = 1e6
 
-# A displayed column name for a base-unit column: suffix → (display suffix, divide by).
-DISPLAY = {
-    "_bytes": ("_gb", GB),
-    "_bytes_per_gpu": ("_gb_per_gpu", GB),
-    "_bytes_per_s": ("_gb_per_s", GB),
-    "_s": ("_ms", MS),
-}
+# Sizes that are per token or per element stay in bytes (40,016 B per token reads better than
+# 4.0e-05 GB); capacities and traffic are shown in GB.
+_SMALL = ("_bytes_per_token", "_bytes_per_element", "bytes_per_param")
 
 
 def gb(n_bytes: float) -> float:
@@ -38,3 +34,11 @@ def parse_duration_s(text: str) -> float:
         if t.endswith(suffix) and not (suffix == "s" and t.endswith("ms")):
             return float(t[: -len(suffix)]) * scale
     return float(t)
+
+
+def display(key: str, value: object) -> tuple[str, object]:
+    """A catalog or summary field as a person reads it: ``hbm_bytes`` 1.86e11 → ``hbm_gb`` 186."""
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    if numeric and "_bytes" in key and not any(t in key for t in _SMALL):
+        return key.replace("_bytes", "_gb", 1), value / GB
+    return key, value

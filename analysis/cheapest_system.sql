@@ -1,4 +1,4 @@
--- For each trace, the replay runs ranked by energy per generated token (rank 1 is cheapest).
+-- For each trace, the replay runs ranked by energy per generated token at each run's own GPU count and batch (gpus column; for GPUs and $ at one service level use agentx compare).
 -- needs: replay_calls, runs
 WITH per_run AS (
   SELECT c.run, r.trace_sha256, r.trace_path, r.system, r.model, r.gpus,

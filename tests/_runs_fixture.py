@@ -228,6 +228,15 @@ def make_runs(root: Path, trace_path: Path) -> dict[str, Path]:
                 "hits": {t: {"tokens": calls[f"kv_{t}_hit_tokens"].sum()} for t in TIERS},
                 "recompute": {"tokens": calls["kv_recompute_tokens"].sum()},
                 "bytes": {link: calls[f"kv_{link}_bytes"].sum() for link in LINKS},
+                # as agentx.kv summarises a replay: whole-system capacities, reused tokens and
+                # each link's busy time (bytes over a 50 GB/s link here)
+                "reused_tokens": calls["reused_prefix_tokens"].sum(),
+                "capacities": {
+                    "hbm_bytes": 16 * 40e9,
+                    "dram_bytes": 16 * 480e9,
+                    "ssd_bytes": 16 * 7.68e12,
+                },
+                "link_time_s": {link: calls[f"kv_{link}_bytes"].sum() / 50e9 for link in LINKS},
             },
         }
         out[f"replay-{system}"] = write_run(

@@ -7,6 +7,8 @@ line from the report is a failure. The rendered DOM comes from ``--dump-dom``.
 
 from __future__ import annotations
 
+import html
+import json
 import re
 import shutil
 import subprocess
@@ -21,6 +23,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium is absent (.ci/run installs the Debian package 'chromium')"
 )
+WINDOW = (1400, 900)  # a laptop browser window, CSS px
 VOID = {
     "area",
     "base",
@@ -79,7 +82,8 @@ def render(tmp_path, html_path):
         CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
         f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
-        "--virtual-time-budget=10000", "--dump-dom", html_path.as_uri(),
+        "--virtual-time-budget=10000", f"--window-size={WINDOW[0]},{WINDOW[1]}",
+        "--dump-dom", html_path.as_uri(),
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -104,6 +108,49 @@ def test_report_renders_every_chart_in_chromium(tmp_path):
     assert all(count >= 1 for count in p.drawn.values()), p.drawn
     # a rendered Vega-Lite chart draws its marks: the stage chart has one path per bar
     assert len(re.findall(r'role-mark[^"]*"', dom)) >= n
+    check_layout(p.body, n)
+
+
+def check_layout(body: dict, n: int) -> dict:
+    """Measured by the page in Chromium after rendering: the answer fits the first screen and
+    no chart is narrower than 60 % of the page."""
+    layout = json.loads(html.unescape(body["data-layout"]))
+    assert layout["page"] >= 0.9 * WINDOW[0]
+    assert layout["answer_bottom"] <= layout["viewport_height"], layout
+    assert len(layout["charts"]) == n
+    narrow = {k: w for k, w in layout["charts"].items() if w < 0.6 * layout["page"]}
+    assert narrow == {}, (narrow, layout["page"])
+    return layout
+
+
+def test_comparison_report_leads_with_the_answer(tmp_path, sample_trace):
+    """A real agentx compare run: the first screen names each system's GPUs, J and $ per token."""
+    from click.testing import CliRunner
+
+    from agentx.cli import cli
+    from agentx.fmt import num
+
+    runs = tmp_path / "runs"
+    res = CliRunner().invoke(
+        cli, ["compare", str(sample_trace), "--hw", "gb200,b300", "--load-scale", "1000",
+              "-o", str(runs / "compare"), "-q"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "report.html"
+    write_report([runs], out)
+    dom, console = render(tmp_path, out)
+    assert console == [], console
+    p = ChartCounter()
+    p.feed(dom)
+    n = int(p.body["data-charts"])
+    assert n >= 1 and p.body.get("data-rendered") == str(n)
+    check_layout(p.body, n)
+    answer = dom[dom.index('<section id="answer">') : dom.index("</section>")]
+    summary = json.loads((runs / "compare" / "summary.json").read_text())
+    for r in summary["systems"]:
+        assert f"{r['hw'].upper()}: {num(r['gpus'])} GPUs" in answer
+        assert f"{num(r['j_per_output_token'])} J per output token" in answer
+        assert f"${num(r['usd_per_m_output_tokens'])} per M output tokens" in answer
 
 
 def test_console_errors_are_caught(tmp_path):

@@ -141,7 +141,7 @@ def test_simulate_aggregated_json(tmp_path, sample_trace):
     [
         (["--gpus", "0"], 2, "Error: --gpus must be a positive integer, got 0"),
         (
-            ["--fill-gpus", "16"],
+            ["--gpus", "16", "--fill-gpus", "16"],
             2,
             "Error: --fill-gpus must be between 1 and 15 for 16 GPUs, got 16",
         ),

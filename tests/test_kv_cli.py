@@ -77,7 +77,7 @@ def test_run_directory_joins_sql_and_report(trace_path, tmp_path):
         assert db.query("SELECT DISTINCT run FROM kv_curve")["run"].to_list() == ["kv"]
     html, charts = build_report([runs])
     assert "KV hit ratio against capacity" in html
-    assert any("kv-hit-ratio" in slug for slug, _ in charts)
+    assert any("hit-ratio-against-capacity" in slug for slug, _ in charts)
     first = (runs / "kv" / "kv_curve.parquet").read_bytes(), (runs / "kv" / "run.json").read_bytes()
     assert run(trace_path, *HW, "--capacities-gb", "0,1,10", "-o", runs / "kv").exit_code == 0
     again = (runs / "kv" / "kv_curve.parquet").read_bytes(), (runs / "kv" / "run.json").read_bytes()
@@ -111,27 +111,27 @@ def test_unknown_hardware_is_a_usage_error(trace_path):
 
 
 def test_missing_trace_is_bad_input(tmp_path):
-    r = run(tmp_path / "nope.parquet")
+    r = run(tmp_path / "nope.parquet", "--hw", "gb200")
     assert r.exit_code == 1
     assert r.output.strip() == f"Error: {tmp_path / 'nope.parquet'}: no such file"
 
 
 def test_bad_capacities_and_output_onto_input(trace_path):
-    r = run(trace_path, "--capacities-gb", "1,x")
+    r = run(trace_path, "--capacities-gb", "1,x", "--hw", "gb200")
     assert r.exit_code == 2
     assert r.output.strip() == "Error: --capacities-gb expects comma-separated numbers, got '1,x'"
-    r = run(trace_path, "-o", trace_path)
+    r = run(trace_path, "-o", trace_path, "--hw", "gb200")
     assert r.exit_code == 2 and r.output.startswith(
         f"Error: output path '{trace_path}' is the input"
     )
-    r = run(trace_path, "-o", trace_path.with_suffix(".pq"))
+    r = run(trace_path, "-o", trace_path.with_suffix(".pq"), "--hw", "gb200")
     assert r.exit_code == 0, r.output  # a new name without .parquet is a run directory
-    r = run(trace_path, "-o", trace_path.with_suffix(".pq") / "run.json")
+    r = run(trace_path, "-o", trace_path.with_suffix(".pq") / "run.json", "--hw", "gb200")
     assert r.exit_code == 2 and r.output.strip() == (
         f"Error: -o {trace_path.with_suffix('.pq') / 'run.json'} is a file; give a run "
         "directory, or a name ending in .parquet for the curve alone"
     )
-    r = run(trace_path, "--block-size-tokens", "0")
+    r = run(trace_path, "--block-size-tokens", "0", "--hw", "gb200")
     assert (
         r.exit_code == 2
         and r.output.strip() == "Error: --block-size-tokens must be positive, got 0"

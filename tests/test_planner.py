@@ -8,9 +8,12 @@ import re
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentx.cli import cli
 from agentx.planner.slo import parse_slo
+from agentx.testing import trace_objects
 
 SLO = "tpot_p99<=50ms,ttft_p99<=3s"
 
@@ -25,8 +28,9 @@ def _compare(trace, *args: str) -> list[dict]:
 
 def test_gb200_vs_b300_same_slo_per_gpu_and_load_doubling(sample_trace):
     """Acceptance (issue 13): same SLO, normalised per GPU, both GPU counts named, 2× load ≈ 2× GPUs."""
-    one = _compare(sample_trace, "--load-scale", "1000")
-    two = _compare(sample_trace, "--load-scale", "2000")
+    # the sample is five sessions over 22.8 h: scaled until each system needs several instances
+    one = _compare(sample_trace, "--load-scale", "2000")
+    two = _compare(sample_trace, "--load-scale", "4000")
     assert [r["hw"] for r in one] == ["gb200", "b300"]
     demand = one[0]["output_tok_s_per_gpu"] * one[0]["gpus"]
     for r in one:
@@ -45,7 +49,7 @@ def test_gb200_vs_b300_same_slo_per_gpu_and_load_doubling(sample_trace):
         assert 1.6 <= b["gpus"] / a["gpus"] <= 2.4, (a["gpus"], b["gpus"])
     text = CliRunner().invoke(
         cli, ["compare", str(sample_trace), "--hw", "gb200,b300", "--slo", SLO,
-              "--load-scale", "1000", "-q"],
+              "--load-scale", "2000", "-q"],
     ).stdout  # fmt: skip
     for r in one:
         assert f"{r['hw'].upper()}: {r['gpus']:,} GPUs" in text
@@ -139,3 +143,73 @@ def test_price_default_is_cited_and_override_wins(sample_trace):
     r = _compare(sample_trace, "--load-scale", "1000", "--usd-per-gpu-hour", "2")
     assert all(x["usd_per_gpu_hour"] == 2 for x in r)
     assert all(x["price_source"] == "--usd-per-gpu-hour" for x in r)
+
+
+@pytest.fixture(scope="module")
+def b300():
+    from agentx.catalog import load_catalog
+    from agentx.replay.config import make_config
+
+    return make_config(load_catalog(()), "b300", "kimi-k2", gpus=8, dp_attention=False)
+
+
+def test_steady_state_closes_littles_law(b300):
+    """X = B / (m̄·t_d + B·n̄·c_p) and TPOT = t_d / (1 − ρ), ρ = X·n̄·c_p: one fixed point."""
+    import numpy as np
+
+    from agentx.planner.serving import TraceShape, operating_points
+
+    shape = TraceShape(3_000.0, 60_000.0, 400.0, 70_000.0, 20_000.0)
+    b = np.array([1.0, 8.0, 32.0, 128.0])
+    p = operating_points(b300, shape, b)
+    chunk = min(b300.prefill_chunk_tokens, shape.new_tokens)
+    c_p = (p["mixed_iteration_s"] - p["decode_iteration_s"]) / chunk
+    rho = p["calls_per_s"] * shape.new_tokens * c_p
+    assert p["tpot_s"] == pytest.approx(p["decode_iteration_s"] / (1 - rho), rel=1e-9)
+    # each of the B sequences emits a token every TPOT: B / TPOT tokens/s = X · m̄
+    assert p["output_tok_s"] == pytest.approx(b / p["tpot_s"], rel=1e-9)
+    assert (np.diff(p["tpot_s"]) > 0).all()  # a bigger batch never speeds a user up
+
+
+def test_ttft_grows_with_load_and_prompt(b300):
+    from agentx.planner.serving import TraceShape, ttft_s
+
+    shape = TraceShape(3_000.0, 60_000.0, 400.0, 70_000.0, 20_000.0)
+    idle = ttft_s(b300, shape, 32, 0.0, 3_000.0)
+    busy = ttft_s(b300, shape, 32, 5.0, 3_000.0)
+    long = ttft_s(b300, shape, 32, 0.0, 30_000.0)
+    assert 0 < idle < busy and idle < long
+
+
+def test_more_load_never_needs_fewer_gpus(sample_trace):
+    from agentx.catalog import load_catalog
+    from agentx.planner.search import compare
+    from agentx.traces.io import read_trace
+
+    cat, tr = load_catalog(()), read_trace(sample_trace)
+    gpus = [
+        compare(cat, tr, ["b300"], load_scale=k)[0][0]["gpus"]
+        for k in (250, 1000, 2000, 3000, 4000)
+    ]
+    assert gpus == sorted(gpus) and gpus[-1] > gpus[0]
+
+
+@settings(max_examples=8)
+@given(trace_objects(min_sessions=2), st.sampled_from([1.0, 50.0, 5000.0]))
+def test_any_trace_is_served_per_gpu_within_what_it_claims(tr, k):
+    from agentx.catalog import load_catalog
+    from agentx.planner.search import compare, trace_load
+
+    (r,), tried, _ = compare(load_catalog(()), tr, ["b300"], load_scale=k)
+    load = trace_load(tr.calls, k)
+    assert r["output_tok_s_per_gpu"] * r["gpus"] * load.duration_s == pytest.approx(
+        load.output_tokens, rel=1e-9, abs=1e-9
+    )
+    assert r["gpus"] == r["instances"] * r["gpus_per_instance"]
+    assert 0 <= r["utilization"] <= 1 + 1e-9
+    if r["meets_slo"]:
+        assert r["tpot_ms"] <= 50 * (1 + 1e-9) and r["ttft_p99_ms"] <= 3000 * (1 + 1e-9)
+    # the chosen layout is the fewest GPUs among the layouts that meet the SLO
+    ok = tried.filter(pl.col("meets_slo"))
+    if ok.height:
+        assert r["gpus"] == ok["gpus"].min()

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from agentx.analysis.report import VL_VERSION, build_report, table_html
 from agentx.cli import cli
+from agentx.fmt import num
 
 
 @pytest.fixture(scope="module")
@@ -24,6 +25,18 @@ def runs(tmp_path_factory):
 @pytest.fixture(scope="module")
 def built(runs):
     return build_report([runs])
+
+
+def h2(page: str) -> list[str]:
+    """The section titles of a report, in order."""
+    return re.findall(r'<h2 id="[a-z0-9-]+">([^<]*)</h2>', page)
+
+
+def section(page: str, title: str) -> str:
+    """The HTML of one section (from its heading to the next)."""
+    i = page.index(f">{title}</h2>")
+    j = page.find("<h2 id=", i)
+    return page[i : j if j > 0 else len(page)]
 
 
 def specs_of(page: str) -> dict:
@@ -47,14 +60,19 @@ def test_report_is_self_contained(built):
         s["$schema"].startswith(f"https://vega.github.io/schema/vega-lite/v{VL_VERSION}")
         for s in specs.values()
     )
+    titles = h2(page)
     for title in (
-        "Energy and time per stage",
-        "KV bytes per tier link",
-        "HBM footprint per GPU",
-        "Latency–throughput",
-        "Serving dynamics",
+        "Where the time and energy go",
+        "KV traffic between tiers",
+        "HBM per GPU: what fills it",
+        "KV cache: hit ratio against capacity",
+        "Latency against throughput per stage",
+        "Serving over time",
     ):
-        assert f"<h2>{title}</h2>" in page
+        assert title in titles
+        assert '<div class="chart"' in section(page, title)
+    # the answer comes before every section, and names every replay's figures
+    assert page.index('<section id="answer">') < page.index("<h2 id=")
 
 
 def test_report_tables_hold_the_figures(runs, built):
@@ -63,7 +81,12 @@ def test_report_tables_hold_the_figures(runs, built):
     page, _ = built
     c = pl.read_parquet(runs / "replay-gb200" / "calls.parquet")
     jpt = c["total_energy_j"].sum() / c["output_tokens"].sum()
-    assert f'<td class="n">{jpt:,.4g}</td>' in page
+    assert f'<td class="n">{num(jpt)}</td>' in section(page, "Energy per generated token")
+    answer = page[page.index('<section id="answer">') : page.index("</section>")]
+    assert f"replay-gb200 (16 × gb200): {num(jpt)} J per output token" in answer
+    # one unit system: GB, ms, J; no raw bytes or seconds columns in any table
+    heads = re.findall(r"<th>([^<]*)</th>", page)
+    assert not [h for h in heads if h.endswith("_bytes") or h.endswith("_bytes_per_gpu")]
 
 
 def test_cli_writes_html_and_exports_byte_identical(runs, tmp_path):
@@ -77,6 +100,16 @@ def test_cli_writes_html_and_exports_byte_identical(runs, tmp_path):
     assert all(b"<svg" in p.read_bytes()[:400] for p in svgs)
     r = CliRunner().invoke(cli, ["report", str(runs), "-o", str(out), "-q"])
     assert r.exit_code == 0 and r.output == "" and out.read_bytes() == first
+
+
+def test_cli_json_names_the_files_and_the_answer(runs, tmp_path):
+    out = tmp_path / "r.html"
+    r = CliRunner().invoke(cli, ["report", str(runs), "-o", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    assert got["written"] == [str(out)]
+    assert got["answer"][0].startswith("replay-b200 (16 × b200): ")
+    assert all(line in out.read_text() for line in got["answer"])
 
 
 def test_cli_errors(runs, tmp_path):
@@ -120,21 +153,44 @@ def test_report_inside_a_run_folder_and_of_files(runs, tmp_path):
     )
     assert r.exit_code == 0, r.output
     page = out.read_text()
-    assert "<h2>Traces</h2>" in page and "<h2>Context growth (w)</h2>" in page
-    assert "<h2>KV hit ratio against capacity</h2>" in page
+    assert {"Traces", "Context growth (w)", "KV cache: hit ratio against capacity"} <= set(h2(page))
     assert specs_of(page)  # charts are there
     out.unlink()
 
 
-def test_headline_and_verdicts(built):
+def test_headline_and_verdicts(built, runs):
+    import polars as pl
+
     page, _ = built
+    titles = h2(page)
+    assert "Headline figures per run" in titles and "Agreement with published claims" in titles
+    assert not [t for t in titles if "SEED" in t or "1 = " in t]  # words a reader knows
+    claims = section(page, "Agreement with published claims")
     assert (
-        "<h2>Headline figures per run</h2>" in page and "<h2>SEED checks (1 = agrees)</h2>" in page
+        '<td class="s">seed19_gb200_leads_decode_most_of_curve</td><td class="s">agrees</td>'
+        in claims
     )
-    assert '<td class="s">seed19_gb200_leads_decode_most_of_curve</td>' in page
     # the simulate run's energy key lands in the same column as the replays'
-    assert '<td class="s">sim</td><td class="n">2.5</td>' in page
-    assert "<h2>KV tiers (replay summary)</h2>" in page and '<td class="s">hit_ratio</td>' in page
+    head = section(page, "Headline figures per run")
+    assert (
+        '<td class="s">sim</td><td class="s">gb200</td><td class="n">64</td><td class="n">2.5</td>'
+        in head
+    )
+    assert "tpot_p50_ms" not in head  # no run has one: the empty column is left out
+    # the KV table per tier: capacity per GPU in GB and the share of reused tokens served
+    tiers = section(page, "KV cache tiers")
+    c = pl.read_parquet(runs / "replay-gb200" / "calls.parquet")
+    pct = 100 * c["kv_hbm_hit_tokens"].sum() / c["reused_prefix_tokens"].sum()
+    assert (
+        f'<td class="s">replay-gb200</td><td class="s">hbm</td><td class="n">40</td>'
+        f'<td class="n">{num(pct)}</td>'
+    ) in tiers
+    links = section(page, "KV traffic between tiers")
+    gb = c["kv_dram_to_hbm_bytes"].sum() / 1e9
+    assert (
+        f'<td class="s">replay-gb200</td><td class="s">dram_to_hbm</td><td class="n">{num(gb)}</td>'
+        f'<td class="n">{num(gb / 50 * 1e3)}</td>'
+    ) in links
 
 
 PRODUCERS = (
@@ -214,12 +270,21 @@ def test_views_and_report_over_real_producer_runs(tmp_path):
         ].item()
         assert got == tiers["bytes"]["hbm_to_dram"]
     page, charts = build_report([r, t])
+    slugs = {s.split("-", 1)[1]: spec for s, spec in charts}
     assert {
-        "kv-hit-ratio-against-capacity",
+        "kv-cache-hit-ratio-against-capacity",
         "context-growth-s",
-        "energy-and-time-per-stage",
-        "hbm-footprint-per-gpu",
-        "latency-throughput",
-        "serving-dynamics",
-    } <= {s.split("-", 1)[1] for s, _ in charts}
+        "where-the-time-and-energy-go",
+        "hbm-per-gpu-what-fills-it",
+        "latency-against-throughput-per-stage",
+        "serving-over-time",
+    } <= set(slugs)
+    # the kv-curve run's configured HBM, per GPU of its 16, is marked on its hit-ratio curve
+    curve = slugs["kv-cache-hit-ratio-against-capacity"]
+    kv = json.loads((r / "kv" / "summary.json").read_text())["kv_tiers"]["capacities"]
+    rules = curve["datasets"][curve["layer"][1]["data"]["name"]]
+    hbm = [x["capacity_gb"] for x in rules if x["tier"] == "hbm" and x["run"] == "kv"]
+    assert hbm == [pytest.approx(kv["hbm_bytes"] / 1e9 / 16)]
+    assert all(spec.get("width", 0) >= 600 or "column" in spec.get("encoding", {})
+               for spec in slugs.values())  # fmt: skip
     assert len(page) < 5_000_000  # long simulations are binned, not inlined whole

@@ -254,6 +254,8 @@ def hit_ratio_curve(
             "capacity_gb:Q",
             title=f"tier capacity, GB {where} (symlog)",
             scale=alt.Scale(type="symlog"),
+            # decades, so labels neither crowd near 0 nor vanish between 0 and the far end
+            axis=alt.Axis(values=_decades(df["capacity_gb"], configured)),
         ),
         # explicit ticks so 90 % (where a planner usually reads the curve) is always labelled
         "y": alt.Y(
@@ -287,6 +289,17 @@ def hit_ratio_curve(
         )
     title = f"KV hit ratio against capacity {where} (dashed: configured capacity)"
     return alt.layer(*layers, title=title)
+
+
+def _decades(values: pl.Series, configured: pl.DataFrame | None) -> list[float]:
+    top = float(values.max() or 0.0)
+    if configured is not None and configured.height:
+        top = max(top, float(configured["capacity_gb"].max() or 0.0))
+    out, v = [0.0], 1.0
+    while v <= top * 1.0001:
+        out.append(v)
+        v *= 10
+    return out
 
 
 def frontier(points: pl.DataFrame) -> alt.Chart:

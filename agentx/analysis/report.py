@@ -1,10 +1,17 @@
-"""One self-contained HTML report of run directories: key tables and charts, no network needed.
+"""One self-contained HTML report of run directories that opens with the answer.
+
+The page is a jinja2 template (``report.html``): first the answer in sentences and numbers
+(per system: GPUs, J per output token, $ per million output tokens when a comparison is
+loaded; else each run's energy, HBM and latency), then full-width charts and small tables
+in one unit system (GB, ms, J; ``agentx.units``) written by the one number formatter
+(``agentx.fmt``) the CLI uses.
 
 Vega, Vega-Lite and vega-embed are inlined from ``vl_convert.javascript_bundle`` (the same
 Vega-Lite version altair writes), so the file opens offline. Each chart can also be exported
-as SVG and PNG (vl-convert, no browser) for slides. The page records how many charts rendered
-in ``data-rendered`` on <body> and writes any embedding error into the page, so a headless
-browser can check it.
+as SVG and PNG (vl-convert, no browser). The page records how many charts rendered in
+``data-rendered`` on <body>, writes any embedding error into the page, and after rendering
+records the page's layout (widths of the page and of each chart, where the answer ends) in
+``data-layout``, so a headless browser can check it.
 """
 
 from __future__ import annotations
@@ -25,40 +32,62 @@ from agentx.analysis import charts as C
 from agentx.analysis.queries import get_query
 from agentx.analysis.views import Database, open_db
 from agentx.errors import InputError
+from agentx.fmt import num
 from agentx.io import atomic_path, write_text_atomic
 from agentx.progress import progress
 
 VL_VERSION = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
-
+CHART_WIDTH_PX = 1000  # plot area; with axes and legend a chart spans the 1,280 px column
+CHART_HEIGHT_PX = 340
 
 # The summary.json figures a reader looks at first (column → the keys replay and simulate runs
-# use for it), one row per run that has any of them.
+# use for it and the factor to this report's units: GB, ms, J).
 HEADLINE_KEYS = {
-    "j_per_output_token": ("j_per_output_token", "energy_per_output_token_j"),
-    "total_energy_j": ("total_energy_j", "energy_j"),
-    "hbm_peak_bytes_per_gpu": ("hbm_peak_bytes_per_gpu",),
-    "ttft_p50_s": ("latency_s.ttft_s.p50", "ttft_s_p50"),
-    "ttft_p99_s": ("latency_s.ttft_s.p99", "ttft_s_p99"),
-    "decode_latency_p50_s": ("latency_s.decode_latency_s.p50",),
-    "tpot_p50_s": ("tpot_s_p50",),
+    "j_per_output_token": (("j_per_output_token", "energy_per_output_token_j"), 1.0),
+    "energy_j": (("total_energy_j", "energy_j"), 1.0),
+    "hbm_peak_gb_per_gpu": (("hbm_peak_bytes_per_gpu",), 1e-9),
+    "ttft_p50_ms": (("latency_s.ttft_s.p50", "ttft_s_p50"), 1e3),
+    "ttft_p99_ms": (("latency_s.ttft_s.p99", "ttft_s_p99"), 1e3),
+    "decode_latency_p50_ms": (("latency_s.decode_latency_s.p50",), 1e3),
+    "tpot_p50_ms": (("tpot_s_p50",), 1e3),
 }
-_ALL_KEYS = [k for keys in HEADLINE_KEYS.values() for k in keys]
+_ALL_KEYS = [k for keys, _ in HEADLINE_KEYS.values() for k in keys]
 HEADLINE_SQL = (
-    "SELECT run, "
+    "SELECT s.run, r.system, r.gpus, "
     + ", ".join(
-        f"max(value) FILTER (WHERE key IN ({', '.join(repr(k) for k in keys)})) AS {alias}"
-        for alias, keys in HEADLINE_KEYS.items()
+        f"max(value) FILTER (WHERE key IN ({', '.join(repr(k) for k in keys)})) * {f} AS {alias}"
+        for alias, (keys, f) in HEADLINE_KEYS.items()
     )
-    + f" FROM summary WHERE key IN ({', '.join(repr(k) for k in _ALL_KEYS)}) GROUP BY run ORDER BY run"
+    + f" FROM summary s JOIN runs r USING (run) WHERE key IN ({', '.join(repr(k) for k in _ALL_KEYS)})"
+    " GROUP BY ALL ORDER BY s.run"
 )
-# Replays run with the tier model summarise it under "kv_tiers.*" (capacities, hits, bytes).
-# One row per figure and one column per run, so runs compare side by side.
-KV_TIERS_SQL = (
-    "PIVOT (SELECT run, substr(key, 10) AS figure, value FROM summary WHERE key LIKE 'kv_tiers.%')"
-    " ON run USING first(value) ORDER BY figure"
+# Replays with the tier model: per tier its capacity per GPU and the share of reused prompt
+# tokens it served; per link the GB moved and the time the link was busy.
+KV_TIERS_SQL = """
+WITH k AS (SELECT run, key, value FROM summary WHERE key LIKE 'kv_tiers.%'),
+reused AS (SELECT run, value AS tokens FROM k WHERE key = 'kv_tiers.reused_tokens'),
+tiers AS (SELECT unnest(['hbm', 'dram', 'ssd']) AS tier, unnest([1, 2, 3]) AS o)
+SELECT r.run, t.tier,
+       max(k.value) FILTER (WHERE k.key = 'kv_tiers.capacities.' || t.tier || '_bytes')
+         / 1e9 / r.gpus AS capacity_gb_per_gpu,
+       100 * max(k.value) FILTER (WHERE k.key = 'kv_tiers.hits.' || t.tier || '.tokens')
+         / nullif(max(u.tokens), 0) AS hit_pct_of_reused_tokens
+FROM tiers t CROSS JOIN runs r JOIN k ON k.run = r.run LEFT JOIN reused u ON u.run = r.run
+GROUP BY r.run, t.tier, t.o, r.gpus ORDER BY r.run, t.o
+"""
+KV_LINKS_SQL = """
+SELECT run, substr(key, length('kv_tiers.bytes.') + 1) AS link,
+       max(value) FILTER (WHERE key LIKE 'kv_tiers.bytes.%') / 1e9 AS gb_moved,
+       (SELECT 1e3 * t.value FROM summary t WHERE t.run = s.run
+         AND t.key = 'kv_tiers.link_time_s.' || substr(s.key, length('kv_tiers.bytes.') + 1))
+         AS link_busy_ms
+FROM summary s WHERE key LIKE 'kv_tiers.bytes.%' GROUP BY run, key ORDER BY run, link
+"""
+# Runs that check published claims (sweeps) record each verdict under summary key "verdict.*".
+VERDICT_SQL = (
+    "SELECT run, substr(key, 9) AS claim, CASE WHEN value = 1 THEN 'agrees' ELSE 'does not agree'"
+    " END AS model_says FROM summary WHERE key LIKE 'verdict.%' ORDER BY run, key"
 )
-# Runs that check SEED claims (sweeps) record each verdict under summary key "verdict.*".
-VERDICT_SQL = "SELECT run, substr(key, 9) AS check, value FROM summary WHERE key LIKE 'verdict.%' ORDER BY run, key"
 
 
 @dataclass(frozen=True)
@@ -66,6 +95,7 @@ class Section:
     title: str
     table: pl.DataFrame | None = None
     chart: alt.TopLevelMixin | None = None
+    intro: str = ""
 
 
 @functools.lru_cache(maxsize=1)
@@ -75,83 +105,194 @@ def _bundle() -> str:
     return vlc.javascript_bundle(vl_version=VL_VERSION)
 
 
+def _drop_empty(df: pl.DataFrame) -> pl.DataFrame:
+    """Columns with no value at all (a replay has no TPOT percentile) are left out."""
+    return df.select([c for c in df.columns if df[c].null_count() < df.height])
+
+
+def answer(db: Database) -> tuple[list[str], list[dict]]:
+    """The opening sentences and the headline cards (label → figures) of the loaded runs."""
+    from agentx.planner.answer import headline
+
+    v, q = db.views, db.query
+    lines: list[str] = []
+    cards: list[dict] = []
+    if "compare" in v:
+        cmp = q("SELECT * FROM compare ORDER BY run")
+        for run in cmp["run"].unique(maintain_order=True):
+            rows = cmp.filter(pl.col("run") == run).to_dicts()
+            slo = dict(
+                q(
+                    f"SELECT substr(key, 5), value FROM summary WHERE run = '{run}' AND key LIKE 'slo.%'"
+                ).iter_rows()
+            )
+            lines += headline(rows, slo).splitlines()
+            for r in rows:
+                figures = [
+                    (num(r["gpus"]), "GPUs"),
+                    (num(r["j_per_output_token"]), "J per output token"),
+                    (num(r["output_tok_s_per_gpu"]), "output tokens/s per GPU"),
+                ]
+                if r.get("usd_per_m_output_tokens") is not None:
+                    figures.insert(
+                        2, ("$" + num(r["usd_per_m_output_tokens"]), "per M output tokens")
+                    )
+                cards.append({"label": r["hw"].upper(), "figures": figures, "ok": r["meets_slo"]})
+    elif "runs" in v and "summary" in v:
+        head = _drop_empty(q(HEADLINE_SQL))
+        for r in head.to_dicts():
+            parts = [f"{num(r['j_per_output_token'])} J per output token"]
+            if r.get("hbm_peak_gb_per_gpu") is not None:
+                parts.append(f"peak HBM {num(r['hbm_peak_gb_per_gpu'])} GB per GPU")
+            if r.get("ttft_p99_ms") is not None:
+                parts.append(f"TTFT p99 {num(r['ttft_p99_ms'])} ms")
+            gpus = f"{num(r['gpus'])} × " if r.get("gpus") else ""
+            lines.append(f"{r['run']} ({gpus}{r['system']}): {', '.join(parts)}.")
+            cards.append(
+                {
+                    "label": r["run"],
+                    "figures": [(num(r["j_per_output_token"]), "J per output token")]
+                    + (
+                        [(num(r["hbm_peak_gb_per_gpu"]), "GB HBM peak per GPU")]
+                        if r.get("hbm_peak_gb_per_gpu") is not None
+                        else []
+                    ),
+                    "ok": True,
+                }
+            )
+        if lines:
+            lines.append(
+                "These runs use their own GPU counts and batches; for the GPUs a load needs at "
+                "one service level and its cost per token, run agentx compare."
+            )
+    return lines, cards
+
+
+def report_answer(paths: Sequence[os.PathLike | str]) -> list[str]:
+    """The sentences the report opens with, for ``agentx report --json``."""
+    run_dirs = [p for p in paths if Path(p).is_dir()]
+    files = [p for p in paths if not Path(p).is_dir()]
+    with open_db(files, run_dirs) as db:
+        return answer(db)[0]
+
+
 def collect_sections(db: Database) -> list[Section]:
     """The tables and charts the loaded inputs can answer, in reading order."""
     v, q = db.views, db.query
     out: list[Section] = []
 
-    def add(title: str, table: pl.DataFrame | None = None, chart=None) -> None:
-        out.append(Section(title, table, chart))
+    def add(title: str, table=None, chart=None, intro: str = "") -> None:
+        out.append(Section(title, table, chart, intro))
 
     def named(name: str) -> pl.DataFrame:
         return q(get_query(name).sql)
 
-    if "runs" in v:
-        add("Runs", q("SELECT run, kind, system, model, gpus, run_id FROM runs ORDER BY run"))
-        for title, sql in (
-            ("Headline figures per run", HEADLINE_SQL),
-            ("SEED checks (1 = agrees)", VERDICT_SQL),
-            ("KV tiers (replay summary)", KV_TIERS_SQL),
-        ):
-            if (table := q(sql)).height:
-                add(title, table)
-    if "sessions" in v:
-        add("Traces", named("session_growth"))
+    if "compare" in v:
+        add(
+            "Cheapest configuration per system",
+            q(
+                "SELECT run, hw, gpus, layout, meets_slo, output_tok_s_per_gpu, total_tok_s_per_gpu,"
+                " gpu_hours, j_per_output_token, usd_per_m_output_tokens, hbm_peak_gb_per_gpu,"
+                " tpot_ms, ttft_p99_ms FROM compare ORDER BY run, hw"
+            ),
+            intro="Fewest GPUs that serve the trace's load within the service level; "
+            "tokens/s and energy are per GPU of that deployment.",
+        )
+    if "frontier" in v:
+        add(
+            "Throughput per GPU against speed per user",
+            None,
+            C.frontier(q("SELECT * FROM frontier")),
+            intro="Each point is a decode batch of one layout; a line is a system's Pareto "
+            "frontier. Up is cheaper per token, right is faster for each user.",
+        )
+    if "runs" in v and (head := _drop_empty(q(HEADLINE_SQL))).height:
+        add("Headline figures per run", head)
     if "stages" in v:
         add(
-            "Energy and time per stage",
+            "Where the time and energy go",
             named("energy_per_stage"),
             C.stage_shares(q("SELECT * FROM stages"), by="run"),
         )
     if "replay_calls" in v:
-        calls = q("SELECT * FROM replay_calls")
         add("Energy per generated token", named("j_per_output_token"))
-        # Totals per link come from summary.json; the time chart needs the per-call columns.
-        links = named("bytes_per_tier_link")
-        per_call = all(f"kv_{link}_bytes" in calls.columns for link in C.LINKS)
-        if links.height or per_call:
-            add("KV bytes per tier link", links, C.kv_link_bytes(calls) if per_call else None)
-            add("KV hits per tier", named("kv_hit_tokens"))
+    if "footprint" in v:
+        add(
+            "HBM per GPU: what fills it",
+            q(
+                "SELECT run, max(bytes_per_gpu) FILTER (WHERE component = 'total') / 1e9 AS peak_gb_per_gpu,"
+                " max(bytes_per_gpu) FILTER (WHERE component = 'hbm_capacity') / 1e9 AS capacity_gb_per_gpu"
+                " FROM footprint GROUP BY run ORDER BY run"
+            ),
+            C.hbm_footprint(q("SELECT * FROM footprint")),
+        )
+    if "kv_curve" in v:
+        curve = q(
+            "SELECT k.*, r.gpus FROM kv_curve k LEFT JOIN runs r USING (run)"
+            if "runs" in v
+            else "SELECT * FROM kv_curve"
+        )
+        if "gpus" in curve.columns and curve["gpus"].null_count():
+            curve = curve.drop("gpus")  # a standalone curve file: capacities stay system-wide
+        by = "run" if curve["run"].n_unique() > 1 else None
+        configured = None
+        if "gpus" in curve.columns and "summary" in v:
+            configured = q(
+                "SELECT s.run, replace(substr(s.key, length('kv_tiers.capacities.') + 1), '_bytes', '')"
+                " AS tier, s.value / 1e9 / r.gpus AS capacity_gb FROM summary s JOIN runs r USING (run)"
+                " WHERE s.key LIKE 'kv_tiers.capacities.%_bytes'"
+                " AND s.run IN (SELECT DISTINCT run FROM kv_curve)"
+            )
+        add(
+            "KV cache: hit ratio against capacity",
+            None,
+            C.hit_ratio_curve(curve, by=by, configured=configured),
+            intro="How much of the reused prompt each tier serves as it grows; the dashed rule "
+            "is the capacity the run was configured with.",
+        )
+    if "summary" in v and (tiers := q(KV_TIERS_SQL)).height:
+        add("KV cache tiers", tiers)
+        links = q(KV_LINKS_SQL)
+        calls = q("SELECT * FROM replay_calls") if "replay_calls" in v else None
+        per_call = calls is not None and all(f"kv_{x}_bytes" in calls.columns for x in C.LINKS)
+        add("KV traffic between tiers", links, C.kv_link_bytes(calls) if per_call else None)
+    if "sessions" in v:
+        add("Traces", named("session_growth"))
     # Context growth from a trace when one is given (its compaction flags), else a replay's calls.
     if "calls" in v or "replay_calls" in v:
         key = "trace" if "calls" in v else "run"
         calls = q(f"SELECT * FROM {'calls' if key == 'trace' else 'replay_calls'}")
         first = calls[key].min()
         add(f"Context growth ({first})", None, C.context_growth(calls.filter(pl.col(key) == first)))
-    if "footprint" in v:
-        add(
-            "HBM footprint per GPU",
-            named("peak_hbm_per_gpu"),
-            C.hbm_footprint(q("SELECT * FROM footprint")),
-        )
-    if "kv_curve" in v:
-        curve = q("SELECT * FROM kv_curve")
-        by = "run" if curve["run"].n_unique() > 1 else None
-        add("KV hit ratio against capacity", None, C.hit_ratio_curve(curve, by=by))
     if "sweep" in v:
         add(
-            "Latency–throughput",
+            "Latency against throughput per stage",
             named("best_throughput"),
             C.latency_throughput(q("SELECT * FROM sweep")),
         )
     if "sim_timeseries" in v:
         ts = q("SELECT * FROM sim_timeseries")
         add(
-            "Serving dynamics",
+            "Serving over time",
             None,
             C.sim_timeseries(ts, by="run" if ts["run"].n_unique() > 1 else None),
         )
+    if "runs" in v and (verdicts := q(VERDICT_SQL)).height:
+        add("Agreement with published claims", verdicts)
+    if "runs" in v:
+        add("Inputs", q("SELECT run, kind, system, model, gpus, run_id FROM runs ORDER BY run"))
     return out
 
 
 def table_html(df: pl.DataFrame, max_rows: int = 200) -> str:
+    """A table whose cells go through the one number formatter (``agentx.fmt.num``)."""
     head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
-    num = [df.schema[c].is_numeric() for c in df.columns]
+    numeric = [df.schema[c].is_numeric() for c in df.columns]
     rows = []
     for rec in df.head(max_rows).iter_rows():
         cells = "".join(
             f'<td class="{"n" if n else "s"}">{html.escape(num(x))}</td>'
-            for x, n in zip(rec, num, strict=True)
+            for x, n in zip(rec, numeric, strict=True)
         )
         rows.append(f"<tr>{cells}</tr>")
     more = (
@@ -162,37 +303,46 @@ def table_html(df: pl.DataFrame, max_rows: int = 200) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{more}"
 
 
+def full_width(spec: dict, width: int = CHART_WIDTH_PX) -> dict:
+    """``spec`` sized to span the page: faceted charts split the width among their columns."""
+    spec = dict(spec)
+    enc = spec.get("encoding", {})
+    if "column" in enc or "facet" in spec:
+        values = {json.dumps(r.get(enc.get("column", {}).get("field")), sort_keys=True)
+                  for r in _rows(spec)}  # fmt: skip
+        cols = max(1, len(values))
+        spec["width"] = max(160, (width - 60 * cols) // cols)
+        spec["height"] = min(spec.get("height", CHART_HEIGHT_PX), CHART_HEIGHT_PX)
+    elif "row" in enc:
+        spec["width"] = width - 200
+    else:
+        spec["width"] = width
+        spec.setdefault("height", CHART_HEIGHT_PX)
+    if "layer" in spec or "hconcat" in spec or "vconcat" in spec:
+        spec.setdefault("height", CHART_HEIGHT_PX)
+    return spec
+
+
+def _rows(spec: dict) -> list[dict]:
+    data = spec.get("data", {})
+    return spec.get("datasets", {}).get(data.get("name"), []) if isinstance(data, dict) else []
+
+
 def _script_json(obj: object) -> str:
     # "</" inside a <script> would end it early; JSON allows the escaped form.
     return json.dumps(obj, sort_keys=True, separators=(",", ":")).replace("</", "<\\/")
 
 
-PAGE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
-<style>
-body{{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}}
-table{{border-collapse:collapse;font-size:13px;margin:.5em 0 1em}}
-th,td{{border-bottom:1px solid #ddd;padding:3px 8px}} th{{text-align:left;background:#f4f4f4}}
-td.n{{text-align:right;font-variant-numeric:tabular-nums}} .note{{color:#666;font-size:12px}}
-.chart{{margin:.5em 0 2em}} .error{{color:#b00;white-space:pre-wrap}}
-</style>
-<script>{bundle}</script>
-</head><body data-rendered="0" data-charts="{n_charts}">
-<h1>{title}</h1>
-<p class=note>agentx {version}; inputs: {runs}. Figures are modelled, not measured.</p>
-{body}
-<script>
-const specs = {specs};
-Promise.all(Object.entries(specs).map(([id, spec]) =>
-  vegaEmbed("#" + id, spec, {{renderer: "svg", actions: false}}))).then(() => {{
-  document.body.dataset.rendered = String(Object.keys(specs).length);
-}}).catch((err) => {{
-  const p = document.createElement("pre"); p.className = "error"; p.textContent = String(err);
-  document.body.appendChild(p); document.body.dataset.failed = "1";
-}});
-</script>
-</body></html>
-"""
+@functools.lru_cache(maxsize=1)
+def _template():
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("agentx.analysis", "."),
+        autoescape=jinja2.select_autoescape(["html"]),
+        keep_trailing_newline=True,
+    )
+    return env.get_template("report.html")
 
 
 def build_report(
@@ -203,6 +353,8 @@ def build_report(
     ``paths`` are run directories (or folders of them) and Parquet files: traces, or standalone
     tables such as ``agentx kv-curve -o curve.parquet``.
     """
+    from markupsafe import Markup
+
     from agentx import __version__
 
     run_dirs = [p for p in paths if Path(p).is_dir()]
@@ -212,29 +364,32 @@ def build_report(
             raise InputError(
                 ", ".join(map(str, paths)), "no run directories found (no run.json below)"
             )
+        lines, cards = answer(db)
         sections = collect_sections(db)
         names = ["runs"] if "runs" in db.views else []
         run_names = db.query("SELECT run FROM runs ORDER BY run")["run"].to_list() if names else []
         run_names += [Path(f).name for f in files]
-    body, specs, charts = [], {}, []
+    specs, charts, rendered = {}, [], []
     for i, s in enumerate(sections):
-        body.append(f"<h2>{html.escape(s.title)}</h2>")
+        item = {"title": s.title, "slug": _slug(s.title), "intro": s.intro, "chart_id": None}
         if s.chart is not None:
             cid = f"chart{i:02d}"
-            spec = s.chart.to_dict()
+            spec = full_width(s.chart.to_dict())
             specs[cid] = spec
             charts.append((f"{i:02d}-{_slug(s.title)}", spec))
-            body.append(f'<div class="chart" id="{cid}"></div>')
-        if s.table is not None:
-            body.append(table_html(s.table))
-    page = PAGE.format(
-        title=html.escape(title),
-        bundle=_bundle(),
+            item["chart_id"] = cid
+        item["table"] = Markup(table_html(s.table)) if s.table is not None else None
+        rendered.append(item)
+    page = _template().render(
+        title=title,
+        bundle=Markup(_bundle()),
         n_charts=len(specs),
         version=__version__,
-        runs=html.escape(", ".join(run_names)),
-        body="\n".join(body),
-        specs=_script_json(specs),
+        runs=", ".join(run_names),
+        answer=lines,
+        cards=cards,
+        sections=rendered,
+        specs=Markup(_script_json(specs)),
     )
     return page, charts
 

@@ -26,7 +26,7 @@ from agentx.planner.slo import DEFAULT
 
 @click.command(
     "compare",
-    epilog='Example: agentx compare w.parquet --hw gb200,b300 --slo "tpot_p99<=50ms,ttft_p99<=3s" --load-scale 1000',
+    epilog='Example: agentx compare w.parquet --hw gb200,b300 --slo "tpot_p99<=50ms,ttft_p99<=3s" --load-scale 2000',
 )
 @trace_argument
 @click.option(
@@ -74,6 +74,7 @@ def command(
     from agentx.catalog import load_catalog
     from agentx.planner.search import compare
     from agentx.planner.slo import parse_slo
+    from agentx.progress import Phases
     from agentx.traces.io import read_trace
 
     systems = parse_names(hw)
@@ -87,6 +88,8 @@ def command(
         raise UsageError(f"--usd-per-gpu-hour must be ≥ 0, got {usd_per_gpu_hour:g}")
     limits = parse_slo(slo)
     cat = load_catalog(catalog_files)
+    phases = Phases("compare", len(systems) + 1, enabled=False if quiet else None)
+    phases.step("reading the trace")
     tr = read_trace(trace)
     tr, ctx = apply_over_context(
         tr, cat.model(model_name).max_context_tokens, over_context, quiet=quiet
@@ -94,8 +97,9 @@ def command(
     results, tried, frontier = compare(
         cat, tr, systems, model_name, limits, load_scale=load_scale, gpus=counts,
         usd_per_gpu_hour=usd_per_gpu_hour, weight_precision=weight_precision,
-        kv_precision=kv_precision,
+        kv_precision=kv_precision, on_system=lambda hw: phases.step(f"searching {hw} layouts"),
     )  # fmt: skip
+    phases.done()
     summary = {"model": model_name, "slo": limits, "load_scale": load_scale,
                "over_context": ctx, "systems": results}  # fmt: skip
     if run_dir is not None:
@@ -107,7 +111,7 @@ def command(
             {"compare": pl.DataFrame(results), "configurations": tried, "frontier": frontier},
             summary=summary,
             inputs={"trace": trace},
-            config={"hw": systems, "model": model_name, "slo": slo, "gpus": counts,
+            config={"hw": ",".join(systems), "model": model_name, "slo": slo, "gpus": counts,
                     "usd_per_gpu_hour": usd_per_gpu_hour, "load_scale": load_scale,
                     "over_context": over_context, "weight_precision": weight_precision,
                     "kv_precision": kv_precision},

@@ -8,7 +8,8 @@ import click
 import polars as pl
 
 from agentx.cli._common import catalog_option, emit_json, json_option, print_table
-from agentx.units import GB
+from agentx.fmt import num
+from agentx.units import GB, display
 
 
 @click.group("hw", epilog="Example: agentx hw show gb200 --json")
@@ -69,7 +70,7 @@ def print_spec(data: dict) -> None:
     """A (field, value) table of a spec, numbers in the catalog's units (named in the key);
     the long free-text fields follow the table."""
     text = {k: data[k] for k in ("source", "notes") if data.get(k)}
-    rest = {k: v for k, v in data.items() if k not in ("source", "notes")}
+    rest = dict(display(k, v) for k, v in data.items() if k not in ("source", "notes"))
     print_table(
         pl.DataFrame(
             {"field": list(rest), "value": [_text(v) for v in rest.values()]},
@@ -87,6 +88,4 @@ def _scaled(v: float | None, unit: float) -> float | None:
 def _text(v: object) -> str:
     if v is None:
         return "(not published)"
-    if isinstance(v, float):
-        return f"{v:,.0f}" if v == int(v) and abs(v) < 1e21 else f"{v:,.6g}"
-    return str(v)
+    return num(v)  # the one number format (agentx.fmt), as every table

@@ -10,6 +10,7 @@ import polars as pl
 from agentx.cli._common import (
     catalog_option,
     emit_json,
+    hw_option,
     json_option,
     precision_option,
     print_table,
@@ -24,7 +25,7 @@ from agentx.units import GB
     epilog="Example: agentx kv-curve w.parquet --hw gb200 --model deepseek-v3 -o runs/kv-gb200",
 )
 @click.argument("trace", type=click.Path(path_type=Path))
-@click.option("--hw", default="gb200", show_default=True, help="System (agentx hw).")
+@hw_option
 @click.option(
     "--model",
     "model_name",

@@ -43,7 +43,8 @@ FORMATS = ("table", "csv", "json", "parquet")
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the result here (atomically) instead of printing it.",
 )
-def command(sql, traces, runs, query_name, list_queries, fmt, output) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json (as every command).")
+def command(sql, traces, runs, query_name, list_queries, fmt, output, as_json) -> None:
     """Run SQL over TRACES (views calls, sessions) and runs (views per table, runs, summary).
 
     SQL reads only the loaded data: file access is switched off before your query runs, so
@@ -63,6 +64,10 @@ def command(sql, traces, runs, query_name, list_queries, fmt, output) -> None:
         sql = get_query(query_name).sql
     if not sql:
         raise UsageError("give a SQL statement or --query NAME (see --list-queries)")
+    if as_json:
+        if fmt not in ("table", "json"):
+            raise UsageError(f"give --json or --format {fmt}, not both")
+        fmt = "json"
     if fmt == "parquet" and output is None:
         raise UsageError("--format parquet writes binary data; give -o OUT.parquet")
     run_result(sql, list(traces), list(runs), fmt, output)

@@ -15,7 +15,7 @@ def system_sentence(r: dict) -> str:
     )
     miss = "" if r["meets_slo"] else " — does NOT meet the SLO (closest layout shown)"
     return (
-        f"{r['hw'].upper()}: {num(r['gpus'])} GPUs ({_instances(r)}), "
+        f"{r['hw'].upper()}: {num(r['gpus'])} GPU{'s' if r['gpus'] != 1 else ''} ({_instances(r)}), "
         f"{num(r['j_per_output_token'])} J per output token, {usd}, "
         f"{num(r['output_tok_s_per_gpu'])} output tokens/s per GPU, "
         f"peak HBM {num(r['hbm_peak_gb_per_gpu'])} GB per GPU{miss}"

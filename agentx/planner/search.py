@@ -3,24 +3,24 @@
 For every layout of a system (GPUs per model instance, data- or tensor-parallel attention)
 that holds the model's weights:
 
-1. the decode batch is the largest whose step meets the TPOT limit at the trace's mean decode
-   context and whose KV fits in HBM (``agentx.replay.interactivity``);
-2. the trace is replayed on that configuration (``agentx.replay``): per-call fill and decode
-   times, energies, TTFT percentiles and the HBM peak per GPU;
-3. the replayed busy time (instance-seconds at full batches) over the trace's duration is the
-   instances needed: ``instances = ceil(busy_s / duration_s)`` — a load K times larger is K
-   times the busy time (``agentx.traces.transform.scale_load``);
-4. a layout meets the service level when its TPOT step and its TTFT percentiles are within it
-   (queueing before admission is not modelled; docs/planner.md says so).
+1. steady-state in-flight batching (``agentx.planner.serving``, on engineer #9's iteration
+   model ``agentx.serving.iteration``) gives, for every decode batch B, the time per output
+   token with the trace's prefill chunks interleaved and the calls/s one instance serves;
+2. the decode batch is the largest whose TPOT meets the limit and whose KV fits — the
+   replay of the trace at that batch (``agentx.replay``) confirms the HBM peak with the
+   trace's real contexts (bisecting B down when it does not fit) and prices the energy;
+3. instances = ⌈offered calls/s ÷ calls/s per instance⌉; a load K times larger
+   (``--load-scale``, sessions replicated) is K times the offered rate;
+4. a layout meets the service level when its TPOT and its TTFT percentiles (chunked prefill
+   of the call's new tokens plus the M/D/1 wait for the prefill budget) are within it.
 
 The cheapest layout is the one with fewest GPUs (one price per GPU-hour per system), then the
-least energy. Energy counts the busy work plus the idle (static) draw of provisioned GPUs for
-the time they are not busy, so over-provisioning costs joules as it costs dollars.
+least energy. Energy counts the replayed work plus the idle (static) draw of provisioned GPUs
+for the time they are not busy, so over-provisioning costs joules as it costs dollars.
 
 ``evaluate`` is the one seam to the serving model: it prices one configuration. The frontier
 (output tokens/s per GPU against tokens/s per user, the chart public benchmarks publish) comes
-from the same configurations: every decode batch, with the trace's fill work per output token
-added to each output token's instance time.
+from the same steady state over every decode batch.
 """
 
 from __future__ import annotations
@@ -107,43 +107,64 @@ def trace_load(calls: pl.DataFrame, scale: float = 1.0) -> Load:
 
 
 def layouts(system, model, gpus: list[int] | None) -> list[tuple[int, bool | None]]:
-    """(GPUs per instance, data-parallel attention) candidates: node multiples (powers of two)
-    up to the scale-up domain (at least 8 nodes), or the counts the user gave."""
+    """(GPUs per instance, data-parallel attention) candidates: powers of two up to a node, node
+    multiples (powers of two) up to the scale-up domain (at least 8 nodes), or the user's counts."""
     if gpus is None:
         node, dom = system.gpus_per_node, system.scale_up_domain_gpus
         top = min(max(dom, 8 * node), 128)
-        gpus = sorted({node * 2**i for i in range(8) if node * 2**i <= top} | {min(dom, top)})
+        # a small model may need less than a node: 1, 2, 4, … GPUs are tried too
+        gpus = sorted(
+            {2**i for i in range(8) if 2**i < node}
+            | {node * 2**i for i in range(8) if node * 2**i <= top}
+            | {min(dom, top)}
+        )
     attn = (True, False) if model.attention == "mla" else (None,)
     return [(g, a) for g in gpus for a in attn]
 
 
 def evaluate(cfg, load: Load, slo: dict[str, float], price: float | None) -> dict:
-    """One configuration priced against the load (the seam to the serving model)."""
+    """One configuration priced against the load (the seam to the serving model).
+
+    Throughput, TPOT and TTFT come from the steady state of in-flight batching
+    (``agentx.planner.serving`` on ``agentx.serving.iteration``); energy per call and the HBM
+    peak from the replay of the trace at the chosen decode batch."""
+    from agentx.planner.serving import operating_points, trace_shape, ttft_s
     from agentx.replay.energy import coefficients
     from agentx.replay.footprint import describe
-    from agentx.replay.interactivity import batch_for_interactivity, decode_context_tokens
     from agentx.replay.replay import replay_trace
+    from agentx.serving.steady import kv_capacity_sequences
 
-    ctx = decode_context_tokens(load.calls)
-    tpot = slo.get("tpot_p99", 10.0)  # no TPOT limit: the largest batch whose KV fits
-    batch, op = batch_for_interactivity(cfg, 1.0 / tpot, max(ctx, 1.0))
+    shape = trace_shape(load.calls)
+    cap = float(kv_capacity_sequences(cfg, shape.decode_context_tokens))
+    grid = np.unique(np.append(BATCHES[cap >= BATCHES], cap))
+    pts = operating_points(cfg, shape, grid)
+    ok = pts["tpot_s"] <= slo.get("tpot_p99", np.inf) * (1 + 1e-9)
+    if not ok.any():
+        best = 1.0 / float(pts["tpot_s"][0])
+        raise UsageError(
+            f"tpot_p99 {slo['tpot_p99'] * 1e3:g} ms is out of reach on {describe(cfg)}: "
+            f"one sequence gets {best:,.1f} tokens/s"
+        )
+    batch = int(grid[ok].max())
     cfg, s = _largest_fitting_batch(cfg, load.calls, batch, replay_trace)
     batch = cfg.decode_batch
-    if batch != op["decode_batch"]:
-        from agentx.replay.interactivity import decode_step_time_s
-
-        op = {**op, "step_time_s": float(decode_step_time_s(cfg, [batch], max(ctx, 1.0))[0])}
-    busy_s = s["total_time_s"] * load.scale
-    instances = max(1, math.ceil(busy_s / load.duration_s - 1e-9))
+    pt = {k: float(v[0]) for k, v in operating_points(cfg, shape, [batch]).items()}
+    rate = load.scale * load.calls.height / load.duration_s  # calls/s offered
+    instances = max(1, math.ceil(rate / pt["calls_per_s"] - 1e-9))
+    per_instance = rate / instances
+    busy_s = rate * load.duration_s / pt["calls_per_s"]  # instance-seconds at full batch
     gpus = instances * cfg.gpus
     hours = gpus * load.duration_s / HOUR_S
     idle_j = coefficients(cfg).static_w * cfg.gpus * max(instances * load.duration_s - busy_s, 0.0)
     energy = s["total_energy_j"] * load.scale + idle_j
     out_tok = load.output_tokens
-    ttft = {f"ttft_{p}": s["latency_s"]["ttft_s"][p] for p in ("p50", "p90", "p99")}
+    new = load.calls.get_column("new_tokens")
+    ttft = {
+        f"ttft_{p}": ttft_s(cfg, shape, batch, per_instance, float(new.quantile(q) or 1.0))
+        for p, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+    }
     meets = s["kv_fits_in_hbm"] and all(
-        (op["step_time_s"] if k == "tpot_p99" else ttft[k]) <= v * (1 + 1e-9)
-        for k, v in slo.items()
+        (pt["tpot_s"] if k == "tpot_p99" else ttft[k]) <= v * (1 + 1e-9) for k, v in slo.items()
     )
     return {
         "hw": cfg.system.name,
@@ -162,14 +183,11 @@ def evaluate(cfg, load: Load, slo: dict[str, float], price: float | None) -> dic
             price * hours / (out_tok / MILLION) if price is not None and out_tok > 0 else None
         ),
         "hbm_peak_gb_per_gpu": s["hbm_peak_bytes_per_gpu"] / GB,
-        "tpot_ms": op["step_time_s"] * 1e3,
+        "tpot_ms": pt["tpot_s"] * 1e3,
         "ttft_p99_ms": ttft["ttft_p99"] * 1e3,
         "utilization": busy_s / (instances * load.duration_s),
-        "_fill_s_per_output_token": load.scale
-        * (s["stages"]["prefill"]["time_s"] + s["stages"]["midfill"]["time_s"])
-        / max(out_tok, 1.0),
         "_cfg": cfg,
-        "_ctx": ctx,
+        "_shape": shape,
     }
 
 
@@ -198,21 +216,21 @@ def _largest_fitting_batch(cfg, calls, batch: int, replay_trace):
 
 
 def frontier_points(row: dict) -> pl.DataFrame:
-    """Output tokens/s per GPU against tokens/s per user over decode batches, for one layout."""
-    from agentx.replay.footprint import max_resident_tokens
-    from agentx.replay.interactivity import decode_step_time_s
+    """Output tokens/s per GPU against tokens/s per user over decode batches, for one layout
+    (the same steady state as ``evaluate``: prefill interleaving included)."""
+    from agentx.planner.serving import operating_points
+    from agentx.serving.steady import kv_capacity_sequences
 
-    cfg, ctx = row["_cfg"], max(row["_ctx"], 1.0)
-    b = BATCHES[max_resident_tokens(cfg) // ctx >= BATCHES]
-    step = decode_step_time_s(cfg, b, ctx)
-    per_token_s = step / b + row["_fill_s_per_output_token"]  # instance-s per output token
+    cfg, shape = row["_cfg"], row["_shape"]
+    b = BATCHES[kv_capacity_sequences(cfg, shape.decode_context_tokens) >= BATCHES]
+    pts = operating_points(cfg, shape, b)
     return pl.DataFrame(
         {
             "hw": cfg.system.name,
             "layout": row["layout"],
             "decode_batch": b.astype(np.int64),
-            "tok_s_per_user": 1.0 / step,
-            "output_tok_s_per_gpu": 1.0 / per_token_s / cfg.gpus,
+            "tok_s_per_user": 1.0 / pts["tpot_s"],
+            "output_tok_s_per_gpu": pts["output_tok_s"] / cfg.gpus,
         }
     )
 
@@ -273,7 +291,7 @@ def plan_system(
 
 def compare(
     catalog, trace, systems: list[str], model: str = "kimi-k2", slo: dict | None = None,
-    load_scale: float = 1.0, **kw,
+    load_scale: float = 1.0, on_system=None, **kw,
 ) -> tuple[list[dict], pl.DataFrame, pl.DataFrame]:  # fmt: skip
     """For each system its cheapest configuration (``RESULT_KEYS`` + price source), a frame of
     every configuration tried, and the Pareto frontier points of all systems."""
@@ -284,6 +302,8 @@ def compare(
     load = trace_load(calls, load_scale)
     results, tried, points = [], [], []
     for hw in systems:
+        if on_system is not None:
+            on_system(hw)  # progress: one step per system
         best, rows, pts = plan_system(catalog, hw, model, load, slo, **kw)
         results.append({k: v for k, v in best.items() if not k.startswith("_")})
         tried += [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]

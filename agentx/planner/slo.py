@@ -41,4 +41,6 @@ def parse_slo(text: str) -> dict[str, float]:
 
 
 def describe_slo(slo: dict[str, float]) -> str:
-    return ", ".join(f"{k} ≤ {v * 1e3:g} ms" for k, v in slo.items()) or "none"
+    from agentx.fmt import num
+
+    return ", ".join(f"{k} ≤ {num(v * 1e3)} ms" for k, v in slo.items()) or "none"

@@ -30,3 +30,16 @@ def __getattr__(name: str):
 
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'agentx.replay' has no attribute {name!r}")
+
+
+class _CallableModule(__import__("types").ModuleType):
+    """``agentx.replay(trace, hw=…)`` is the Python API's replay (``agentx.api.replay``) even
+    after this package is imported, which binds the name ``agentx.replay`` to the package."""
+
+    def __call__(self, *args, **kwargs):
+        from agentx.api import replay
+
+        return replay(*args, **kwargs)
+
+
+__import__("sys").modules[__name__].__class__ = _CallableModule
