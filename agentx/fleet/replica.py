@@ -1,0 +1,79 @@
+"""The seam every engine calls: replay one replica's partition → partial tables.
+
+``replay_partition`` is pure (same partition and configuration, same bytes out) and needs
+nothing but the partition, so the local engine runs it in a loop and the Ray engine in one task
+per replica; ``agentx.fleet.merge`` is the only other piece.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from agentx.catalog.types import ServingConfig
+from agentx.fleet.store import SharedStore, apply_store
+from agentx.traces.io import Trace
+
+
+@dataclass(frozen=True)
+class ReplicaOptions:
+    """What every replica replays with, besides its serving configuration."""
+
+    kv_tiers: bool = True
+    kv_policy: str = "lru"
+    store: SharedStore | None = None
+
+
+@dataclass(frozen=True)
+class Partial:
+    replica: int
+    calls: pl.DataFrame  # replay calls columns + trace_row, trace-row order within the replica
+    stages: pl.DataFrame | None
+    footprint: pl.DataFrame | None
+    summary: dict = field(default_factory=dict)
+
+
+def replay_partition(
+    part: Trace, cfg: ServingConfig, opts: ReplicaOptions, replica: int
+) -> Partial:
+    """Price ``part`` (one replica's calls, with ``trace_row`` and ``fleet_store_tokens``) on
+    one replica of ``cfg`` with its own HBM/DRAM/SSD tiers."""
+    from agentx.replay.replay import replay_trace
+
+    df = part.calls
+    if df.height == 0:
+        return Partial(replica, pl.DataFrame(), None, None, {"calls": 0})
+    kv = None
+    if opts.kv_tiers:
+        from agentx.kv import replay_tiers
+        from agentx.kv.tiers import link_costs
+
+        kv = replay_tiers(part, cfg, policy=opts.kv_policy)
+        if opts.store is not None:
+            per_call = apply_store(
+                kv.per_call,
+                df.get_column("fleet_store_tokens").to_numpy(),
+                opts.store,
+                cfg.kv_bytes_per_token,
+                link_costs(cfg)["dram_to_hbm"][1],
+            )
+            kv = type(kv)(per_call, kv.summary)
+    res = replay_trace(part, cfg, kv=kv)
+    calls = res.calls.with_columns(
+        df.get_column("trace_row"), pl.lit(replica, dtype=pl.Int32).alias("replica")
+    )
+    if kv is not None and opts.store is not None:
+        calls = calls.with_columns(
+            kv.per_call.select("kv_store_hit_tokens", "kv_store_to_hbm_bytes")
+        )
+    summary = dict(res.summary)
+    summary["hit_tokens"] = _hit_tokens(calls)
+    return Partial(replica, calls, res.stages, res.footprint, summary)
+
+
+def _hit_tokens(calls: pl.DataFrame) -> int:
+    cols = [c for c in ("kv_hbm_hit_tokens", "kv_dram_hit_tokens", "kv_ssd_hit_tokens",
+                        "kv_store_hit_tokens") if c in calls.columns]  # fmt: skip
+    return int(np.sum([calls.get_column(c).sum() for c in cols])) if cols else -1
