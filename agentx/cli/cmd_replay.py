@@ -18,8 +18,9 @@ from agentx.cli._common import (
     print_table,
     quiet_option,
     run_dir_option,
-    trace_argument,
+    trace_or_dataset_argument,
 )
+from agentx.cli._fleet import engine_options, routing_options
 from agentx.errors import UsageError
 from agentx.progress import Phases
 
@@ -30,7 +31,7 @@ GB = 1e9
     "replay",
     epilog="Example: agentx replay w.parquet --hw gb200 --model kimi-k2 --gpus 32 -o runs/gb200-32",
 )
-@trace_argument
+@trace_or_dataset_argument
 @hw_option
 @model_option()
 @click.option(
@@ -85,8 +86,10 @@ GB = 1e9
     show_default=True,
     help="Place KV blocks in HBM/DRAM/SSD (agentx.kv): reloads and recomputes enter the fills.",
 )
+@routing_options
+@engine_options
 @catalog_option
-@run_dir_option("calls, stages, footprint, summary.json")
+@run_dir_option("calls, stages, footprint, summary.json (a fleet adds replicas, replica_load)")
 @json_option
 @quiet_option
 def command(
@@ -106,6 +109,15 @@ def command(
     routing_skew,
     pools,
     kv_tiers,
+    replicas,
+    gpus_total,
+    router,
+    balance_eps,
+    overlap_weight,
+    store_gb,
+    store_gbps,
+    engine,
+    ray_address,
     catalog_files,
     run_dir,
     as_json,
@@ -140,6 +152,22 @@ def command(
         routing_skew=routing_skew,
         pools=pools,
     )
+    fleet = dict(replicas=replicas, gpus_total=gpus_total, router=router, balance_eps=balance_eps,
+                 overlap_weight=overlap_weight, store_gb=store_gb, store_gbps=store_gbps,
+                 engine=engine, ray_address=ray_address)  # fmt: skip
+    if (
+        trace.is_dir()
+        or any(fleet[k] is not None for k in ("replicas", "gpus_total", "router"))
+        or (engine != "local" or store_gb is not None)
+    ):
+        from agentx.cli._fleet import replay_fleet_command
+
+        if interactivity is not None:
+            raise UsageError("--interactivity applies to one instance; not with a fleet")
+        return replay_fleet_command(
+            trace, cfg, fleet, kv_tiers=kv_tiers, run_dir=run_dir, as_json=as_json, quiet=quiet,
+            catalog_version=cat.version, hw=hw, model=model_name,
+        )  # fmt: skip
     phases = Phases("replay", 4, enabled=False if quiet else None)
     phases.step("reading the trace")
     tr = read_trace(trace)

@@ -126,4 +126,12 @@ def replay_fleet(
     return merge(partials, manifest["replicas"], manifest)
 
 
-__all__ = ["ROUTERS", "SharedStore", "plan_fleet", "replay_fleet", "replicas_for", "route"]
+__all__ = [
+    "DEFAULT_ROUTER",
+    "ROUTERS",
+    "SharedStore",
+    "plan_fleet",
+    "replay_fleet",
+    "replicas_for",
+    "route",
+]

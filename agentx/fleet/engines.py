@@ -71,10 +71,10 @@ def probe(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
 def connect(address: str | None, *, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
     """Attach to (or start) Ray; True if this call started the connection (caller shuts it)."""
     ray = import_ray()
-    if ray.is_initialized():
-        return False
     if address not in (None, "auto"):
         probe(address, timeout_s)
+    if ray.is_initialized():
+        return False
     try:
         if address is None:
             ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level="ERROR")
