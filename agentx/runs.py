@@ -33,8 +33,10 @@ def write_run(
     inputs: dict[str, os.PathLike | str] | None = None,
     config: dict | None = None,
     catalog_version: str | None = None,
+    written: tuple[str, ...] = (),
 ) -> Path:
-    """Write ``tables`` (name → frame), ``summary.json`` and ``run.json`` into ``run_dir``."""
+    """Write ``tables`` (name → frame), ``summary.json`` and ``run.json`` into ``run_dir``;
+    ``written`` names tables the caller already streamed into ``run_dir`` (atomically)."""
     run_dir = Path(run_dir)
     inputs = {k: Path(v) for k, v in (inputs or {}).items()}
     ensure_distinct(run_dir, inputs.values())
@@ -57,7 +59,7 @@ def write_run(
         "catalog_version": catalog_version,
         "inputs": ins,
         "config": config or {},
-        "tables": sorted(tables),
+        "tables": sorted([*tables, *written]),
     }
     manifest["run_id"] = hashlib.sha256(
         json.dumps(manifest, sort_keys=True, default=str).encode()

@@ -86,6 +86,21 @@ GB = 1e9
     show_default=True,
     help="Place KV blocks in HBM/DRAM/SSD (agentx.kv): reloads and recomputes enter the fills.",
 )
+@click.option(
+    "--calls",
+    "calls_mode",
+    type=click.Choice(["full", "summary", "none"]),
+    default="full",
+    show_default=True,
+    help="calls.parquet: every per-call column, the queried subset (docs/metrics.md), or none.",
+)
+@click.option(
+    "--chunk-rows",
+    type=int,
+    default=1 << 20,
+    show_default=True,
+    help="Calls priced and written per partition (cut between sessions); results do not depend on it.",
+)
 @routing_options
 @engine_options
 @catalog_option
@@ -109,6 +124,8 @@ def command(
     routing_skew,
     pools,
     kv_tiers,
+    calls_mode,
+    chunk_rows,
     replicas,
     gpus_total,
     router,
@@ -130,7 +147,7 @@ def command(
     """
     from agentx.catalog import load_catalog
     from agentx.replay.config import make_config
-    from agentx.replay.replay import replay_trace
+    from agentx.replay.replay import calls_columns, merge_partials, replay_chunks, write_calls
     from agentx.traces.io import read_trace
 
     if decode_batch is not None and interactivity is not None:
@@ -185,7 +202,23 @@ def command(
         phases.step("placing KV blocks in HBM/DRAM/SSD")
         kv = replay_tiers(tr, cfg)
     phases.step("pricing the four stages")
-    result = replay_trace(tr, cfg, kv=kv)
+    calls_path = None
+    if run_dir is not None:
+        from pathlib import Path
+
+        from agentx.io import ensure_distinct
+
+        ensure_distinct(run_dir, [trace])
+        ensure_distinct(Path(run_dir) / "x", [trace])
+        if calls_mode != "none":
+            calls_path = Path(run_dir) / "calls.parquet"
+    # Partitions are priced, written as row groups of calls.parquet and dropped as they come.
+    parts = replay_chunks(tr.calls, cfg, kv.per_call if kv is not None else None, chunk_rows)
+    meta = {"agentx.run_kind": "replay", "agentx.table": "calls"}
+    cols = calls_columns(calls_mode, tr.calls.columns + list(_priced_columns(kv)))
+    result = merge_partials(
+        write_calls(parts, calls_path, meta, cols), cfg, kv.summary if kv is not None else None
+    )
     note = (result.summary.get("kv_tiers") or {}).get("block_size_note")
     if note and not quiet:
         click.echo(f"note: {note}", err=True)
@@ -200,18 +233,19 @@ def command(
             "kv_precision": cfg.kv_precision, "decode_batch": cfg.decode_batch,
             "interactivity_tokens_per_s_per_user": interactivity,
             "prefill_chunk_tokens": cfg.prefill_chunk_tokens, "routing_skew": cfg.routing_skew,
-            "pools": cfg.pools, "kv_tiers": kv is not None,
+            "pools": cfg.pools, "kv_tiers": kv is not None, "calls": calls_mode,
             "efficiencies": dataclasses.asdict(cfg.efficiencies),
         }  # fmt: skip
         phases.step("writing the run")
         write_run(
             run_dir,
             "replay",
-            {"calls": result.calls, "stages": result.stages, "footprint": result.footprint},
+            {"stages": result.stages, "footprint": result.footprint},
             summary=result.summary,
             inputs={"trace": trace},
             config=config,
             catalog_version=cat.version,
+            written=("calls",) if calls_path is not None else (),
         )
     phases.done()
     if as_json:
@@ -220,6 +254,12 @@ def command(
         _print(result)
     if run_dir is not None and not quiet:
         click.echo(f"wrote {run_dir}", err=True)
+
+
+def _priced_columns(kv) -> tuple[str, ...]:
+    from agentx.replay.replay import CALL_COLUMNS
+
+    return (*CALL_COLUMNS, *(kv.per_call.columns if kv is not None else ()))
 
 
 def _print(result) -> None:

@@ -6,7 +6,7 @@ Public API::
         the routing pass: an assignment column, then one partition per replica.
     replay_fleet(trace_or_dataset, cfg, replicas=..., router=..., engine="local"|"ray")
         -> {"tables": {...}, "summary": {...}}: every replica replayed with its own KV tiers
-        (agentx.fleet.replica.replay_partition), merged (agentx.fleet.merge).
+        (agentx.fleet.replica.replay_replica), merged (agentx.fleet.merge).
     replicas_for(cfg, gpus_total) -> R
 
 Routing needs global state (who cached what, who is busy) so it runs once over the whole
@@ -98,7 +98,7 @@ def replay_fleet(
     on a fleet; returns merged tables and summary."""
     from agentx.fleet.engines import run
     from agentx.fleet.merge import merge
-    from agentx.fleet.replica import replay_partition
+    from agentx.fleet.replica import replay_replica
 
     if isinstance(source, Trace):
         if router is not None and router not in ROUTERS:
@@ -121,7 +121,7 @@ def replay_fleet(
     if store is not None:
         opts = ReplicaOptions(opts.kv_tiers, opts.kv_policy, store)
     partials = run(
-        engine, parts, cfg, opts, address=ray_address, fn=fn or replay_partition, quiet=quiet
+        engine, parts, cfg, opts, address=ray_address, fn=fn or replay_replica, quiet=quiet
     )
     return merge(partials, manifest["replicas"], manifest)
 

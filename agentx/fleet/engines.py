@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from agentx.errors import AgentxError, UsageError
 from agentx.fleet.partition import Partition
-from agentx.fleet.replica import Partial, replay_partition
+from agentx.fleet.replica import Partial, replay_replica
 
 ENGINES = ("local", "ray")
 RAY_INSTALL = "pip install 'agentx[ray]'"
@@ -28,11 +28,11 @@ class EngineError(AgentxError):
     """The execution engine is missing or cannot be reached."""
 
 
-def _run_one(part: Partition, cfg, opts, fn: Callable = replay_partition) -> Partial:
+def _run_one(part: Partition, cfg, opts, fn: Callable = replay_replica) -> Partial:
     return fn(part.load(), cfg, opts, part.replica)
 
 
-def run_local(parts: list[Partition], cfg, opts, *, fn=replay_partition, report=None) -> list:
+def run_local(parts: list[Partition], cfg, opts, *, fn=replay_replica, report=None) -> list:
     out = []
     for k, p in enumerate(parts, 1):
         out.append(_run_one(p, cfg, opts, fn))
@@ -93,7 +93,7 @@ def run_ray(
     opts,
     *,
     address: str | None = None,
-    fn=replay_partition,
+    fn=replay_replica,
     report=None,
     max_retries: int = MAX_RETRIES,
 ) -> list:
@@ -120,7 +120,7 @@ def run_ray(
             ray.shutdown()
 
 
-def run(engine: str, parts, cfg, opts, *, address=None, fn=replay_partition, quiet=False):
+def run(engine: str, parts, cfg, opts, *, address=None, fn=replay_replica, quiet=False):
     """Partials of ``parts`` on ``engine``; tasks done / total on stderr at a terminal."""
     if engine not in ENGINES:
         raise UsageError(f"unknown engine '{engine}'; choose one of {', '.join(ENGINES)}")

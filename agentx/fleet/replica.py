@@ -1,6 +1,7 @@
-"""The seam every engine calls: replay one replica's partition → partial tables.
+"""What every engine runs per replica: its KV tiers, then the replay seam → partial tables.
 
-``replay_partition`` is pure (same partition and configuration, same bytes out) and needs
+``replay_replica`` (tiers of one replica + ``agentx.replay.replay.replay_partition`` and
+``merge_partials`` over that replica alone) is pure (same partition and configuration, same bytes out) and needs
 nothing but the partition, so the local engine runs it in a loop and the Ray engine in one task
 per replica; ``agentx.fleet.merge`` is the only other piece.
 """
@@ -35,12 +36,10 @@ class Partial:
     summary: dict = field(default_factory=dict)
 
 
-def replay_partition(
-    part: Trace, cfg: ServingConfig, opts: ReplicaOptions, replica: int
-) -> Partial:
+def replay_replica(part: Trace, cfg: ServingConfig, opts: ReplicaOptions, replica: int) -> Partial:
     """Price ``part`` (one replica's calls, with ``trace_row`` and ``fleet_store_tokens``) on
     one replica of ``cfg`` with its own HBM/DRAM/SSD tiers."""
-    from agentx.replay.replay import replay_trace
+    from agentx.replay.replay import merge_partials, replay_partition
 
     df = part.calls
     if df.height == 0:
@@ -60,14 +59,12 @@ def replay_partition(
                 link_costs(cfg)["dram_to_hbm"][1],
             )
             kv = type(kv)(per_call, kv.summary)
-    res = replay_trace(part, cfg, kv=kv)
+    # one replica is one instance: its own partition through the replay seam, merged alone
+    # (its HBM peak and latency quantiles are its own)
+    res = merge_partials([replay_partition(df, cfg, kv and kv.per_call)], cfg, kv and kv.summary)
     calls = res.calls.with_columns(
         df.get_column("trace_row"), pl.lit(replica, dtype=pl.Int32).alias("replica")
     )
-    if kv is not None and opts.store is not None:
-        calls = calls.with_columns(
-            kv.per_call.select("kv_store_hit_tokens", "kv_store_to_hbm_bytes")
-        )
     summary = dict(res.summary)
     summary["hit_tokens"] = _hit_tokens(calls)
     return Partial(replica, calls, res.stages, res.footprint, summary)
