@@ -29,6 +29,7 @@ from agentx.traces.io import Trace
 from agentx.traces.schema import META_BLOCK_SIZE
 
 DEFAULT_ROUTER = "session"
+ROUTING_KEYS = ("router", "balance_eps", "overlap_weight", "router_block_size_tokens", "store")
 
 
 def replicas_for(cfg: ServingConfig, gpus_total: int) -> int:
@@ -123,7 +124,8 @@ def replay_fleet(
     partials = run(
         engine, parts, cfg, opts, address=ray_address, fn=fn or replay_replica, quiet=quiet
     )
-    return merge(partials, manifest["replicas"], manifest)
+    routing = {k: manifest.get(k) for k in ROUTING_KEYS}  # the same from a trace or a dataset
+    return merge(partials, manifest["replicas"], routing)
 
 
 __all__ = [
