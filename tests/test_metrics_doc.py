@@ -37,6 +37,19 @@ def runs(tmp_path_factory, sample_trace) -> Path:
         ["sweep", "--hw", "gb200", "--gpus", "16", "-o", str(root / "sweep"), "-q"],
         ["simulate", str(sample_trace), "--hw", "gb200", "-o", str(root / "sim"), "-q"],
         ["kv-curve", str(sample_trace), "--hw", "gb200", "-o", str(root / "kv")],
+        [
+            "replay",
+            str(sample_trace),
+            "--hw",
+            "gb200",
+            "--replicas",
+            "2",
+            "--store-gb",
+            "100",
+            "-o",
+            str(root / "fleet"),
+            "-q",
+        ],  # fmt: skip
     ):
         res = r.invoke(cli, args)
         assert res.exit_code == 0, (args, res.output)
@@ -46,7 +59,8 @@ def runs(tmp_path_factory, sample_trace) -> Path:
 def test_every_output_column_is_defined(runs):
     tables = sorted(runs.rglob("*.parquet"))
     assert {t.stem for t in tables} >= {
-        "calls", "stages", "footprint", "sweep", "sim_calls", "sim_timeseries", "kv_curve"
+        "calls", "stages", "footprint", "sweep", "sim_calls", "sim_timeseries", "kv_curve",
+        "replicas", "replica_load",
     }  # fmt: skip
     missing = [
         f"{t.parent.name}/{t.name}: {c}"
