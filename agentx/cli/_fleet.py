@@ -128,7 +128,18 @@ def print_fleet(summary: dict, replicas_df) -> None:
 
 
 def replay_fleet_command(
-    trace, cfg, fleet: dict, *, kv_tiers, run_dir, as_json, quiet, catalog_version, hw, model
+    trace,
+    cfg,
+    fleet: dict,
+    *,
+    kv_tiers,
+    calls_mode,
+    run_dir,
+    as_json,
+    quiet,
+    catalog_version,
+    hw,
+    model,
 ):
     """``agentx replay`` on a fleet: route (or read a partitioned dataset), replay, merge."""
     import dataclasses
@@ -147,9 +158,11 @@ def replay_fleet_command(
         source, cfg, replicas=replicas, router=fleet["router"], engine=fleet["engine"],
         ray_address=fleet["ray_address"], eps=fleet["balance_eps"],
         overlap_weight=fleet["overlap_weight"], store=store_of(fleet["store_gb"], fleet["store_gbps"]),
-        options=ReplicaOptions(kv_tiers=kv_tiers), quiet=quiet,
+        options=ReplicaOptions(kv_tiers=kv_tiers, calls=calls_mode), quiet=quiet,
     )  # fmt: skip
     summary = result["summary"]
+    if calls_mode == "none":
+        del result["tables"]["calls"]
     if run_dir is not None:
         from agentx.runs import write_run
 
@@ -162,7 +175,7 @@ def replay_fleet_command(
             "efficiencies": dataclasses.asdict(cfg.efficiencies),
             "fleet": {k: v for k, v in summary["fleet"].items() if k in (
                 "replicas", "router", "balance_eps", "overlap_weight", "store")},
-            "engine": fleet["engine"],
+            "engine": fleet["engine"], "calls": calls_mode,
         }  # fmt: skip
         write_run(
             run_dir,

@@ -182,7 +182,7 @@ def command(
         if interactivity is not None:
             raise UsageError("--interactivity applies to one instance; not with a fleet")
         return replay_fleet_command(
-            trace, cfg, fleet, kv_tiers=kv_tiers, run_dir=run_dir, as_json=as_json, quiet=quiet,
+            trace, cfg, fleet, kv_tiers=kv_tiers, calls_mode=calls_mode, run_dir=run_dir, as_json=as_json, quiet=quiet,
             catalog_version=cat.version, hw=hw, model=model_name,
         )  # fmt: skip
     phases = Phases("replay", 4, enabled=False if quiet else None)

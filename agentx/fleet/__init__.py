@@ -120,7 +120,7 @@ def replay_fleet(
         raise UsageError(f"{source}: expected a trace or a partitioned dataset folder")
     opts = options or ReplicaOptions()
     if store is not None:
-        opts = ReplicaOptions(opts.kv_tiers, opts.kv_policy, store)
+        opts = ReplicaOptions(opts.kv_tiers, opts.kv_policy, store, opts.calls)
     partials = run(
         engine, parts, cfg, opts, address=ray_address, fn=fn or replay_replica, quiet=quiet
     )

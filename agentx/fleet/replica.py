@@ -25,6 +25,7 @@ class ReplicaOptions:
     kv_tiers: bool = True
     kv_policy: str = "lru"
     store: SharedStore | None = None
+    calls: str = "full"  # "summary"/"none": ship back only the columns docs/metrics.md queries
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,10 @@ def replay_replica(part: Trace, cfg: ServingConfig, opts: ReplicaOptions, replic
     )
     summary = dict(res.summary)
     summary["hit_tokens"] = _hit_tokens(calls)
+    if opts.calls != "full":
+        from agentx.replay.replay import calls_columns
+
+        calls = calls.select([*calls_columns("summary", calls.columns), "trace_row", "replica"])
     return Partial(replica, calls, res.stages, res.footprint, summary)
 
 
