@@ -15,6 +15,7 @@ trace; replicas are then independent, which is what lets them run as separate Ra
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -120,7 +121,7 @@ def replay_fleet(
         raise UsageError(f"{source}: expected a trace or a partitioned dataset folder")
     opts = options or ReplicaOptions()
     if store is not None:
-        opts = ReplicaOptions(opts.kv_tiers, opts.kv_policy, store, opts.calls)
+        opts = dataclasses.replace(opts, store=store)
     partials = run(
         engine, parts, cfg, opts, address=ray_address, fn=fn or replay_replica, quiet=quiet
     )

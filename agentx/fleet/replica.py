@@ -26,6 +26,7 @@ class ReplicaOptions:
     kv_policy: str = "lru"
     store: SharedStore | None = None
     calls: str = "full"  # "summary"/"none": ship back only the columns docs/metrics.md queries
+    max_block_refs: int | None = None  # a task's KV stream budget (agentx.kv MAX_REFS default)
 
 
 @dataclass(frozen=True)
@@ -47,10 +48,12 @@ def replay_replica(part: Trace, cfg: ServingConfig, opts: ReplicaOptions, replic
         return Partial(replica, pl.DataFrame(), None, None, {"calls": 0})
     kv = None
     if opts.kv_tiers:
-        from agentx.kv import replay_tiers
+        from agentx.kv import MAX_REFS, replay_tiers
         from agentx.kv.tiers import link_costs
 
-        kv = replay_tiers(part, cfg, policy=opts.kv_policy)
+        kv = replay_tiers(
+            part, cfg, policy=opts.kv_policy, max_refs=opts.max_block_refs or MAX_REFS
+        )
         if opts.store is not None:
             per_call = apply_store(
                 kv.per_call,
