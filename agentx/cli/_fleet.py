@@ -84,6 +84,13 @@ def engine_options(f):
                 default=None,
                 help="auto (this machine's cluster) or ray://host:port; none starts a local Ray.",
             ),
+            click.option(
+                "--max-block-refs",
+                type=int,
+                default=None,
+                help="KV block references one replica's task holds at most (~16 B each with "
+                "lru; default 300 M); past it that replica's block size doubles until it fits.",
+            ),
         )
     ):
         f = opt(f)
@@ -158,9 +165,14 @@ def replay_fleet_command(
         source, cfg, replicas=replicas, router=fleet["router"], engine=fleet["engine"],
         ray_address=fleet["ray_address"], eps=fleet["balance_eps"],
         overlap_weight=fleet["overlap_weight"], store=store_of(fleet["store_gb"], fleet["store_gbps"]),
-        options=ReplicaOptions(kv_tiers=kv_tiers, calls=calls_mode), quiet=quiet,
+        options=ReplicaOptions(
+            kv_tiers=kv_tiers, calls=calls_mode, max_block_refs=fleet["max_block_refs"]
+        ), quiet=quiet,
     )  # fmt: skip
     summary = result["summary"]
+    for note in summary["fleet"]["kv_block_size_notes"]:
+        if not quiet:
+            click.echo(f"note: {note}", err=True)
     if calls_mode == "none":
         del result["tables"]["calls"]
     if run_dir is not None:

@@ -135,6 +135,7 @@ def command(
     store_gbps,
     engine,
     ray_address,
+    max_block_refs,
     catalog_files,
     run_dir,
     as_json,
@@ -171,7 +172,7 @@ def command(
     )
     fleet = dict(replicas=replicas, gpus_total=gpus_total, router=router, balance_eps=balance_eps,
                  overlap_weight=overlap_weight, store_gb=store_gb, store_gbps=store_gbps,
-                 engine=engine, ray_address=ray_address)  # fmt: skip
+                 engine=engine, ray_address=ray_address, max_block_refs=max_block_refs)  # fmt: skip
     if (
         trace.is_dir()
         or any(fleet[k] is not None for k in ("replicas", "gpus_total", "router"))

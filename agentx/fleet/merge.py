@@ -89,6 +89,9 @@ def merge(partials: list[Partial], replicas: int, fleet: dict) -> dict:
             "imbalance": float(work.max() / work.mean()) if work.mean() > 0 else 1.0,
             "calls_imbalance": _imbalance(per_replica.get_column("calls").to_numpy()),
             "busiest_replica": int(work.argmax()),
+            "kv_block_size_notes": sorted(
+                {n for p in full if (n := (p.summary.get("kv_tiers") or {}).get("block_size_note"))}
+            ),
             "replica_load_bucket_s": float(load["bucket_s"][0]) if load.height else 0.0,
         },
     }
@@ -118,10 +121,12 @@ def replica_table(parts: list[Partial], replicas: int, calls: pl.DataFrame) -> p
     df = base.join(agg, on="replica", how="left").fill_null(0)
     hits = {p.replica: p.summary.get("hit_tokens", -1) for p in parts}
     peak = {p.replica: p.summary.get("hbm_peak_bytes_per_gpu", 0.0) for p in parts}
+    bs = {p.replica: (p.summary.get("kv_tiers") or {}).get("block_size_tokens") for p in parts}
     mean = float(df["work_s"].mean()) if replicas else 0.0
     return df.with_columns(
         pl.Series("kv_hit_tokens", [max(hits.get(r, 0), 0) for r in range(replicas)], pl.Int64),
         pl.Series("hbm_peak_bytes_per_gpu", [float(peak.get(r, 0.0)) for r in range(replicas)]),
+        pl.Series("kv_block_size_tokens", [bs.get(r) for r in range(replicas)], pl.Int64),
         (pl.col("work_s") / mean if mean > 0 else pl.lit(1.0)).alias("load_share"),
     ).with_columns(
         pl.when(pl.col("reused_prefix_tokens") > 0)
