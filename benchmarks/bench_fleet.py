@@ -45,6 +45,58 @@ def timed_replica(part, cfg, opts, replica):
     return p
 
 
+def sample_shards(a, work: Path) -> None:
+    """Per-partition cost and worker memory at the partition size of a --calls trace."""
+    import polars as pl
+    import ray
+
+    from agentx.catalog import load_catalog
+    from agentx.fleet.engines import run_ray
+    from agentx.fleet.partition import Partition
+    from agentx.fleet.replica import ReplicaOptions
+    from agentx.replay.config import make_config
+    from agentx.traces.io import read_trace
+
+    per = a.calls // a.shards
+    parts = []
+    for k in range(a.sample_shards):
+        f = work / f"shard-{per}-{k}.parquet"
+        if not f.exists():
+            subprocess.run(
+                [sys.executable, "-m", "agentx", "synth", "--calls", str(per), "--seed", str(k),
+                 "-o", str(f)], check=True, stdout=subprocess.DEVNULL,
+            )  # fmt: skip
+        tr = read_trace(f)
+        calls = tr.calls.with_columns(
+            pl.int_range(pl.len(), dtype=pl.Int64).alias("trace_row"),
+            pl.lit(0, pl.Int64).alias("fleet_store_tokens"),
+        )
+        parts.append(Partition(k, calls, tr.meta))
+    cfg = make_config(load_catalog(()), "gb200", "kimi-k2")
+    ray.init(num_cpus=a.cpus, include_dashboard=False, logging_level="ERROR",
+             object_store_memory=2_000_000_000)  # fmt: skip
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    t = time.perf_counter()
+    partials = run_ray(
+        parts, cfg, ReplicaOptions(calls="summary", max_block_refs=a.max_block_refs),
+        fn=timed_replica,
+    )  # fmt: skip
+    wall = time.perf_counter() - t
+    ray.shutdown()
+    b = [p.summary["_bench"] for p in partials]
+    out = {
+        "trace_calls": a.calls, "shards": a.shards, "calls_per_partition": per,
+        "partitions_run": a.sample_shards, "cpus": a.cpus, "max_block_refs": a.max_block_refs,
+        "ray_wall_s": wall, "task_s": [x["wall_s"] for x in b],
+        "calls_per_s_per_task": [x["calls"] / x["wall_s"] for x in b],
+        "peak_rss_gb_per_worker": sorted({x["pid"]: x["maxrss_bytes"] / 1e9 for x in b}.values()),
+        "result_bytes_per_partition": [x["result_bytes"] for x in b],
+        "kv_block_size_tokens": [p.summary["kv_tiers"]["block_size_tokens"] for p in partials],
+        "load": os.getloadavg(),
+    }  # fmt: skip
+    print(json.dumps(out, indent=2))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=10_000_000)
@@ -52,6 +104,14 @@ def main() -> None:
     ap.add_argument("--cpus", type=int, default=2)
     ap.add_argument("--router", default="session")
     ap.add_argument("--max-block-refs", type=int, default=None, help="per task (agentx.kv)")
+    ap.add_argument(
+        "--sample-shards",
+        type=int,
+        default=0,
+        help="instead: replay only this many shards of a --calls trace cut into --shards, each "
+        "synthesized on its own (session routing keeps sessions whole, so a shard is a trace "
+        "of whole sessions); for traces too large to route on this machine",
+    )
     ap.add_argument("--keep", type=Path, default=None, help="work folder to keep (default: temp)")
     a = ap.parse_args()
 
@@ -68,6 +128,8 @@ def main() -> None:
 
     work = a.keep or Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     work.mkdir(parents=True, exist_ok=True)
+    if a.sample_shards:
+        return sample_shards(a, work)
     trace = work / f"synth-{a.calls}.parquet"
     fig: dict = {"calls": a.calls, "shards": a.shards, "cpus": a.cpus, "router": a.router,
                  "max_block_refs": a.max_block_refs}  # fmt: skip
