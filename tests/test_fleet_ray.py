@@ -116,7 +116,9 @@ def test_a_dataset_on_ray_reads_its_partitions(ray_local, setup, tmp_path, sampl
     )  # fmt: skip
     assert r.exit_code == 0, r.output
     tr, cfg = setup
-    from_files = replay_fleet(tmp_path / "ds", cfg, engine="ray")
+    # by address: the probe (a child driver) must find the running instance
+    address = ray_local.get_runtime_context().gcs_address
+    from_files = replay_fleet(tmp_path / "ds", cfg, engine="ray", ray_address=address)
     in_place = replay_fleet(tr, cfg, replicas=2, router="round-robin", engine="local")
     assert_same(in_place, from_files)
     assert from_files["tables"]["calls"]["replica"].unique().sort().to_list() == [0, 1]

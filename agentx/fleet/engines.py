@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 from collections.abc import Callable
 
@@ -52,7 +53,11 @@ def import_ray():
 
 
 def probe(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
-    """Fail in one line if ``host:port`` of ``address`` does not accept a connection."""
+    """Fail in one line unless a Ray cluster answers at ``address`` within ``timeout_s``.
+
+    A closed port fails at once; an open port that is not Ray (or a cluster that hangs) is
+    tried in a child process, because Ray's own connect retries for a minute and logs from C++.
+    """
     hostport = address.removeprefix("ray://").split("/")[0]
     host, _, port = hostport.rpartition(":")
     if not host or not port.isdigit():
@@ -66,6 +71,18 @@ def probe(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
         raise EngineError(
             f"Ray at {address} does not answer ({reason}, waited up to {timeout_s:g} s)"
         ) from None
+    code = "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); ray.shutdown()"
+    try:
+        res = subprocess.run(
+            [sys.executable, "-c", code, address], capture_output=True, text=True, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired:
+        raise EngineError(
+            f"Ray at {address} does not answer (no Ray cluster replied, waited up to {timeout_s:g} s)"
+        ) from None
+    if res.returncode != 0:
+        last = (res.stderr.strip().splitlines() or ["unknown error"])[-1]
+        raise EngineError(f"Ray at {address} does not answer ({last})")
 
 
 def connect(address: str | None, *, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
