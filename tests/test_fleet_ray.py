@@ -79,6 +79,18 @@ def test_ray_equals_local_for_every_router(ray_local, setup, router):
     assert_same(local, remote)
 
 
+def test_progress_counts_tasks_done(ray_local, setup):
+    from agentx.fleet import plan_fleet
+    from agentx.fleet.engines import run_ray
+    from agentx.fleet.replica import ReplicaOptions
+
+    tr, cfg = setup
+    parts, _ = plan_fleet(tr, cfg, 3, "round-robin")
+    seen = []
+    run_ray(parts, cfg, ReplicaOptions(), report=lambda k, n: seen.append((k, n)))
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+
+
 def die_once(part, cfg, opts, replica):
     """Kill this Ray worker process the first time replica 1 runs; Ray retries the task."""
     marker = os.environ["AGENTX_TEST_KILL_MARKER"]
