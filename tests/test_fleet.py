@@ -244,3 +244,31 @@ def test_load_chart_is_an_altair_chart(cfg, sample_trace):
     spec = chart.to_dict()
     assert spec["encoding"]["color"]["field"] == "replica"
     assert len(spec.get("datasets", {}).popitem()[1]) == res["tables"]["replica_load"].height
+
+
+def test_without_kv_tiers_hit_ratios_are_unknown_not_zero(cfg, sample_trace):
+    from agentx.fleet.replica import ReplicaOptions
+
+    res = replay_fleet(
+        read_trace(sample_trace), cfg, replicas=2, options=ReplicaOptions(kv_tiers=False)
+    )
+    assert res["tables"]["replicas"]["hit_ratio"].null_count() == 2
+    assert res["summary"]["fleet"]["hit_ratio"] is None
+
+
+def test_more_replicas_than_sessions_leaves_some_idle(cfg, sample_trace):
+    tr = read_trace(sample_trace)
+    rep = replay_fleet(tr, cfg, replicas=12, router="session")["tables"]["replicas"]
+    assert rep.height == 12 and rep["calls"].sum() == tr.calls.height
+    idle = rep.filter(pl.col("calls") == 0)
+    assert idle.height >= 12 - tr.calls["session_id"].n_unique()
+    assert idle["work_s"].sum() == 0 and idle["hit_ratio"].null_count() == idle.height
+
+
+def test_an_empty_trace_is_refused(cfg, sample_trace):
+    from agentx.errors import InputError
+    from agentx.traces.io import Trace
+
+    tr = read_trace(sample_trace)
+    with pytest.raises(InputError, match="expected at least one call to route, got none"):
+        replay_fleet(Trace(tr.calls.head(0), tr.meta), cfg, replicas=2)

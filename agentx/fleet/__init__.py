@@ -21,7 +21,7 @@ import os
 import numpy as np
 
 from agentx.catalog.types import ServingConfig
-from agentx.errors import UsageError
+from agentx.errors import InputError, UsageError
 from agentx.fleet.partition import Partition, is_dataset, read_dataset, split
 from agentx.fleet.replica import ReplicaOptions
 from agentx.fleet.router import ROUTERS, arrival_order, route
@@ -62,6 +62,8 @@ def plan_fleet(
     store: SharedStore | None = None,
 ) -> tuple[list[Partition], dict]:
     """Route every call, then split ``trace`` into one partition per replica."""
+    if trace.calls.height == 0:
+        raise InputError("<trace>", "expected at least one call to route, got none")
     busy = busy_times(trace, cfg) if router in ("kv-aware", "least-loaded") else None
     block = int(trace.meta.get(META_BLOCK_SIZE) or 64)
     assignment = route(

@@ -124,7 +124,8 @@ def replica_table(parts: list[Partial], replicas: int, calls: pl.DataFrame) -> p
     bs = {p.replica: (p.summary.get("kv_tiers") or {}).get("block_size_tokens") for p in parts}
     mean = float(df["work_s"].mean()) if replicas else 0.0
     return df.with_columns(
-        pl.Series("kv_hit_tokens", [max(hits.get(r, 0), 0) for r in range(replicas)], pl.Int64),
+        # unknown (no KV tiers) stays null rather than reading as zero hits
+        pl.Series("kv_hit_tokens", [_known(hits.get(r, 0)) for r in range(replicas)], pl.Int64),
         pl.Series("hbm_peak_bytes_per_gpu", [float(peak.get(r, 0.0)) for r in range(replicas)]),
         pl.Series("kv_block_size_tokens", [bs.get(r) for r in range(replicas)], pl.Int64),
         (pl.col("work_s") / mean if mean > 0 else pl.lit(1.0)).alias("load_share"),
@@ -152,6 +153,10 @@ def replica_load(calls: pl.DataFrame, replicas: int, bucket_s: float) -> pl.Data
         )
         .sort("replica", "bucket_start_s")
     )
+
+
+def _known(hit_tokens: int) -> int | None:
+    return None if hit_tokens < 0 else hit_tokens
 
 
 def _imbalance(x: np.ndarray) -> float:
