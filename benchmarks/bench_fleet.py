@@ -78,7 +78,7 @@ def sample_shards(a, work: Path) -> None:
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     t = time.perf_counter()
     partials = run_ray(
-        parts, cfg, ReplicaOptions(calls="summary", max_block_refs=a.max_block_refs),
+        parts, cfg, ReplicaOptions(calls=a.calls_mode, max_block_refs=a.max_block_refs),
         fn=timed_replica,
     )  # fmt: skip
     wall = time.perf_counter() - t
@@ -103,6 +103,7 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=64)
     ap.add_argument("--cpus", type=int, default=2)
     ap.add_argument("--router", default="session")
+    ap.add_argument("--calls-mode", default="summary", choices=("full", "summary", "none"))
     ap.add_argument("--max-block-refs", type=int, default=None, help="per task (agentx.kv)")
     ap.add_argument(
         "--sample-shards",
@@ -132,7 +133,7 @@ def main() -> None:
         return sample_shards(a, work)
     trace = work / f"synth-{a.calls}.parquet"
     fig: dict = {"calls": a.calls, "shards": a.shards, "cpus": a.cpus, "router": a.router,
-                 "max_block_refs": a.max_block_refs}  # fmt: skip
+                 "max_block_refs": a.max_block_refs, "calls_mode": a.calls_mode}  # fmt: skip
     if not trace.exists():
         t = time.perf_counter()
         subprocess.run(
@@ -168,14 +169,16 @@ def main() -> None:
     partials = run_ray(
         parts,
         cfg,
-        ReplicaOptions(calls="summary", max_block_refs=a.max_block_refs),
+        ReplicaOptions(calls=a.calls_mode, max_block_refs=a.max_block_refs),
         fn=timed_replica,
         report=report,
     )
     fig["ray_wall_s"] = time.perf_counter() - t
     ray.shutdown()
     t = time.perf_counter()
-    merged = merge(partials, manifest["replicas"], {"router": a.router})
+    merged = merge(
+        partials, manifest["replicas"], {"router": a.router, "sessions": manifest["sessions"]}
+    )
     fig["merge_s"] = time.perf_counter() - t
     fig["driver_maxrss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     b = [p.summary["_bench"] for p in partials if "_bench" in p.summary]

@@ -174,7 +174,7 @@ def replay_fleet_command(
         if not quiet:
             click.echo(f"note: {note}", err=True)
     if calls_mode == "none":
-        del result["tables"]["calls"]
+        result["tables"].pop("calls", None)
     if run_dir is not None:
         from agentx.runs import write_run
 

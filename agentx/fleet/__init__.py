@@ -72,7 +72,11 @@ def plan_fleet(
     )  # fmt: skip
     order = arrival_order(trace.calls)
     held = store_tokens(trace.calls, order, cfg.kv_bytes_per_token, store)
+    t = trace.calls.get_column("t_start_s")
     manifest = {
+        "sessions": int(trace.calls.get_column("session_id").n_unique()),
+        "t_start_min_s": float(t.min()),
+        "t_start_max_s": float(t.max()),
         "replicas": replicas,
         "router": router,
         "balance_eps": eps,
@@ -101,7 +105,7 @@ def replay_fleet(
     """Replay a trace (routed here) or a partitioned dataset (routed by ``agentx partition``)
     on a fleet; returns merged tables and summary."""
     from agentx.fleet.engines import run
-    from agentx.fleet.merge import merge
+    from agentx.fleet.merge import bucket_for, merge
     from agentx.fleet.replica import replay_replica
 
     if isinstance(source, Trace):
@@ -121,13 +125,15 @@ def replay_fleet(
             store = SharedStore(**manifest["store"])
     else:
         raise UsageError(f"{source}: expected a trace or a partitioned dataset folder")
-    opts = options or ReplicaOptions()
+    span = manifest["t_start_max_s"] - manifest["t_start_min_s"]
+    opts = dataclasses.replace(options or ReplicaOptions(), bucket_s=bucket_for(span))
     if store is not None:
         opts = dataclasses.replace(opts, store=store)
     partials = run(
         engine, parts, cfg, opts, address=ray_address, fn=fn or replay_replica, quiet=quiet
     )
-    routing = {k: manifest.get(k) for k in ROUTING_KEYS}  # the same from a trace or a dataset
+    # the same from a trace or from its dataset
+    routing = {k: manifest.get(k) for k in (*ROUTING_KEYS, "sessions")}
     return merge(partials, manifest["replicas"], routing)
 
 

@@ -15,7 +15,11 @@ import polars as pl
 
 from agentx.catalog.types import ServingConfig
 from agentx.fleet.store import SharedStore, apply_store
+from agentx.replay.stages import STAGES
 from agentx.traces.io import Trace
+
+WORK = [pl.col(f"{st}_time_s") for st in STAGES]
+LATENCY = ("ttft_s", "decode_latency_s")
 
 
 @dataclass(frozen=True)
@@ -25,17 +29,22 @@ class ReplicaOptions:
     kv_tiers: bool = True
     kv_policy: str = "lru"
     store: SharedStore | None = None
-    calls: str = "full"  # "summary"/"none": ship back only the columns docs/metrics.md queries
+    calls: str = "full"  # "summary": only the columns docs/metrics.md queries; "none": no rows
     max_block_refs: int | None = None  # a task's KV stream budget (agentx.kv MAX_REFS default)
+    bucket_s: float = 60.0  # replica_load buckets (the driver picks them from the trace's span)
 
 
 @dataclass(frozen=True)
 class Partial:
+    """What a replica's task sends back: aggregates always; per-call rows as ``calls`` asks."""
+
     replica: int
-    calls: pl.DataFrame  # replay calls columns + trace_row, trace-row order within the replica
+    calls: pl.DataFrame  # calls columns + trace_row, replica, work_s (empty with calls="none")
     stages: pl.DataFrame | None
     footprint: pl.DataFrame | None
-    summary: dict = field(default_factory=dict)
+    summary: dict = field(default_factory=dict)  # the replica's replay summary + "row"
+    load: pl.DataFrame | None = None  # its replica_load rows
+    latency: pl.DataFrame | None = None  # ttft_s, decode_latency_s per call (fleet quantiles)
 
 
 def replay_replica(part: Trace, cfg: ServingConfig, opts: ReplicaOptions, replica: int) -> Partial:
@@ -45,7 +54,7 @@ def replay_replica(part: Trace, cfg: ServingConfig, opts: ReplicaOptions, replic
 
     df = part.calls
     if df.height == 0:
-        return Partial(replica, pl.DataFrame(), None, None, {"calls": 0})
+        return Partial(replica, pl.DataFrame(), None, None, {"calls": 0, "row": {}})
     kv = None
     if opts.kv_tiers:
         from agentx.kv import MAX_REFS, replay_tiers
@@ -67,15 +76,52 @@ def replay_replica(part: Trace, cfg: ServingConfig, opts: ReplicaOptions, replic
     # (its HBM peak and latency quantiles are its own)
     res = merge_partials([replay_partition(df, cfg, kv and kv.per_call)], cfg, kv and kv.summary)
     calls = res.calls.with_columns(
-        df.get_column("trace_row"), pl.lit(replica, dtype=pl.Int32).alias("replica")
+        df.get_column("trace_row"),
+        pl.lit(replica, dtype=pl.Int32).alias("replica"),
+        pl.sum_horizontal(WORK).alias("work_s"),
     )
     summary = dict(res.summary)
-    summary["hit_tokens"] = _hit_tokens(calls)
-    if opts.calls != "full":
+    summary["row"] = replica_row(calls, summary)
+    load, latency = replica_load(calls, opts.bucket_s), calls.select(LATENCY)
+    if opts.calls == "none":
+        calls = pl.DataFrame()
+    elif opts.calls != "full":
         from agentx.replay.replay import calls_columns
 
-        calls = calls.select([*calls_columns("summary", calls.columns), "trace_row", "replica"])
-    return Partial(replica, calls, res.stages, res.footprint, summary)
+        keep = [*calls_columns("summary", calls.columns), "trace_row", "replica", "work_s"]
+        calls = calls.select(keep)
+    return Partial(replica, calls, res.stages, res.footprint, summary, load, latency)
+
+
+def replica_row(calls: pl.DataFrame, summary: dict) -> dict:
+    """The replica's row of the ``replicas`` table (docs/metrics.md), before load_share."""
+    row = calls.select(
+        pl.len().alias("calls"),
+        pl.col("session_id").n_unique().alias("sessions"),
+        pl.col("input_tokens").sum(),
+        pl.col("reused_prefix_tokens").sum(),
+        pl.col("output_tokens").sum(),
+        pl.col("work_s").sum(),
+        pl.col("total_energy_j").sum().alias("energy_j"),
+    ).row(0, named=True)
+    hit = _hit_tokens(calls)
+    row["kv_hit_tokens"] = None if hit < 0 else hit  # unknown without KV tiers, not zero
+    row["hbm_peak_bytes_per_gpu"] = float(summary["hbm_peak_bytes_per_gpu"])
+    row["kv_block_size_tokens"] = (summary.get("kv_tiers") or {}).get("block_size_tokens")
+    return row
+
+
+def replica_load(calls: pl.DataFrame, bucket_s: float) -> pl.DataFrame:
+    """Calls and instance-seconds of work arriving at the replica per time bucket."""
+    return (
+        calls.with_columns(((pl.col("t_start_s") // bucket_s) * bucket_s).alias("bucket_start_s"))
+        .group_by("replica", "bucket_start_s")
+        .agg(pl.len().alias("calls"), pl.col("work_s").sum())
+        .with_columns(
+            (pl.col("work_s") / bucket_s).alias("utilization"), pl.lit(bucket_s).alias("bucket_s")
+        )
+        .sort("bucket_start_s")
+    )
 
 
 def _hit_tokens(calls: pl.DataFrame) -> int:
