@@ -38,7 +38,7 @@ def timed_replica(part, cfg, opts, replica):
     p.summary["_bench"] = {
         "pid": os.getpid(),
         "wall_s": dt,
-        "calls": p.calls.height,
+        "calls": p.summary.get("calls", 0),
         "maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "result_bytes": len(pickle.dumps(p, protocol=5)),
     }
