@@ -193,7 +193,11 @@ def _close(k, kind, p0, t0, n, w, is_read, rt, caps, bf, wt, acc, glob):  # prag
         tier = _tier(_pfx(bf, wt, t0) - _pfx(bf, wt, p0), caps)
         _set(bf, wt, p0, n, 0, -w)  # a time holds one block: it has moved on
     _set(bf, wt, t0, n, w, w)
-    tok = n * w
+    _account(k, tier, n, n * w, is_read, rt, acc, glob)
+
+
+@nb.njit(cache=True, inline="always")
+def _account(k, tier, n, tok, is_read, rt, acc, glob):  # pragma: no cover (compiled)
     if is_read == 1:
         acc[k, A_HIT + tier] += rt
         glob[G_BLK + tier] += n
@@ -203,6 +207,56 @@ def _close(k, kind, p0, t0, n, w, is_read, rt, caps, bf, wt, acc, glob):  # prag
             acc[k, A_LOWER_LOAD] += tok
     if tier == NOWHERE:
         acc[k, A_CREATED] += tok
+
+
+@nb.njit(cache=True, inline="always")
+def _shift(bf, wt, p0, t0, n):  # pragma: no cover (compiled)
+    """Move the blocks at times p0.. to t0.. (p0 + n <= t0); returns their tokens."""
+    tok = 0
+    c_old = c_new = -1
+    d_old = d_new = 0
+    for x in range(n):
+        v = wt[p0 + x]
+        wt[p0 + x] = 0
+        wt[t0 + x] = v
+        tok += v
+        c = (p0 + x) // CHUNK
+        if c != c_old:
+            if c_old >= 0:
+                _fen_add(bf, c_old, -d_old)
+            c_old, d_old = c, 0
+        d_old += v
+        c = (t0 + x) // CHUNK
+        if c != c_new:
+            if c_new >= 0:
+                _fen_add(bf, c_new, d_new)
+            c_new, d_new = c, 0
+        d_new += v
+    if c_old >= 0:
+        _fen_add(bf, c_old, -d_old)
+        _fen_add(bf, c_new, d_new)
+    return tok
+
+
+@nb.njit(cache=True, inline="always")
+def _place(bf, wt, t0, pw, q0, n):  # pragma: no cover (compiled)
+    """Put blocks of tokens pw[q0..q0+n) at times t0..; returns their tokens."""
+    tok = 0
+    c_new = -1
+    d_new = 0
+    for x in range(n):
+        v = pw[q0 + x]
+        wt[t0 + x] = v
+        tok += v
+        c = (t0 + x) // CHUNK
+        if c != c_new:
+            if c_new >= 0:
+                _fen_add(bf, c_new, d_new)
+            c_new, d_new = c, 0
+        d_new += v
+    if c_new >= 0:
+        _fen_add(bf, c_new, d_new)
+    return tok
 
 
 @nb.njit(cache=True)
@@ -265,43 +319,42 @@ def _call(
         r_n = 0
         if part == 1:
             break
-        # reads: private positions [spt, nr), run by run
+        # reads: private positions [spt, nr), run by run; a run's blocks may differ in size
+        # (a distance is shared whatever the sizes), so old short blocks do not cut runs
         j = spt_k
         while j < nr:
             q = cb + j
             p = ptime[q]
-            kind = LIVE if p >= 0 else (NEW if p == -1 else DEAD)
-            if kind == NEW:
-                pw[q] = min(bs, n_in_k - j * bs)
-            w = pw[q]
             j1 = j + 1
-            if kind == LIVE:
-                while j1 < nr and ptime[cb + j1] == p + (j1 - j) and pw[cb + j1] == w:
+            if p >= 0:
+                while j1 < nr and ptime[cb + j1] == p + (j1 - j):
                     j1 += 1
-            elif kind == DEAD:
-                while j1 < nr and ptime[cb + j1] == DEAD and pw[cb + j1] == w:
-                    j1 += 1
+                tier = _tier(_pfx(bf, wt, t + j) - _pfx(bf, wt, p), caps)
+                tok = _shift(bf, wt, p, t + j, j1 - j)
             else:
-                while j1 < nr and ptime[cb + j1] == -1 and min(bs, n_in_k - j1 * bs) == w:
-                    pw[cb + j1] = w
-                    j1 += 1
-                glob[G_DISTINCT] += j1 - j
-            rt = (j1 - j) * bs - (nr * bs - reused_k if j1 == nr else 0)
+                if p == -1:  # reused per the trace but never written in this chain: new
+                    while j1 < nr and ptime[cb + j1] == -1:
+                        j1 += 1
+                    for x in range(j, j1):
+                        pw[cb + x] = min(bs, n_in_k - x * bs)
+                    glob[G_DISTINCT] += j1 - j
+                else:
+                    while j1 < nr and ptime[cb + j1] == DEAD:
+                        j1 += 1
+                tier = NOWHERE
+                tok = _place(bf, wt, t + j, pw, q, j1 - j)
             for x in range(j, j1):
                 ptime[cb + x] = t + x
-            _close(k, kind, p, t + j, j1 - j, w, 1, rt, caps, bf, wt, acc, glob)
+            rt = (j1 - j) * bs - (nr * bs - reused_k if j1 == nr else 0)
+            _account(k, tier, j1 - j, tok, 1, rt, acc, glob)
             j = j1
     # writes: private positions [max(wp, spt), nb) are new blocks (full, then maybe one short)
     j0 = max(wp, spt_k)
     if j0 < nb:
         full_end = nb if n_in_k - (nb - 1) * bs == bs else nb - 1
-        for a, z, w in (
-            (j0, max(full_end, j0), bs),
-            (max(full_end, j0), nb, n_in_k - (nb - 1) * bs),
-        ):
-            if z > a:
-                for x in range(a, z):
-                    ptime[cb + x] = t + nr + x - wp
-                    pw[cb + x] = w
-                glob[G_DISTINCT] += z - a
-                _close(k, NEW, -1, t + nr + a - wp, z - a, w, 0, 0, caps, bf, wt, acc, glob)
+        for x in range(j0, nb):
+            ptime[cb + x] = t + nr + x - wp
+            pw[cb + x] = bs if x < full_end else n_in_k - (nb - 1) * bs
+        glob[G_DISTINCT] += nb - j0
+        tok = _place(bf, wt, t + nr + j0 - wp, pw, cb + j0, nb - j0)
+        _account(k, NOWHERE, nb - j0, tok, 0, 0, acc, glob)
