@@ -183,10 +183,16 @@ def test_partition_then_replay_equals_routing_in_place(tmp_path, sample_trace):
     assert sorted(p.name for p in ds.iterdir()) == [
         "fleet.json", "replica=0", "replica=1", "replica=2"
     ]  # fmt: skip
+    # a standard hive layout: any reader recovers the replica column from the folder names
+    hive = pl.read_parquet(ds / "*" / "*.parquet", hive_partitioning=True)
+    assert hive.height == pl.read_parquet(sample_trace).height
+    assert sorted(hive["replica"].unique().to_list()) == [0, 1, 2]
     a = _invoke("replay", ds, "--hw", "gb200", "-o", tmp_path / "a", "-q")
     b = _invoke("replay", sample_trace, "--hw", "gb200", "--replicas", 3, "--router", "kv-aware",
                 "-o", tmp_path / "b", "-q")  # fmt: skip
     assert a.exit_code == 0 and b.exit_code == 0, (a.output, b.output)
+    by_file = pl.read_parquet(tmp_path / "a" / "calls.parquet")
+    assert hive.sort("trace_row")["replica"].cast(pl.Int32).equals(by_file["replica"])
     for t in ("calls", "stages", "replicas", "replica_load", "footprint"):
         assert pl.read_parquet(tmp_path / "a" / f"{t}.parquet").equals(
             pl.read_parquet(tmp_path / "b" / f"{t}.parquet")

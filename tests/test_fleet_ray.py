@@ -136,6 +136,22 @@ def test_a_dataset_on_ray_reads_its_partitions(ray_local, setup, tmp_path, sampl
     assert from_files["tables"]["calls"]["replica"].unique().sort().to_list() == [0, 1]
 
 
+def test_cli_engine_ray_writes_the_local_engines_run(ray_local, tmp_path, sample_trace):
+    import polars as pl
+
+    base = ["replay", str(sample_trace), "--hw", "gb200", "--replicas", "3", "--router", "kv-aware",
+            "--calls", "summary", "-q"]  # fmt: skip
+    for engine in ("local", "ray"):
+        r = CliRunner().invoke(cli, [*base, "--engine", engine, "-o", str(tmp_path / engine)])
+        assert r.exit_code == 0, r.output
+    for t in ("calls", "stages", "footprint", "replicas", "replica_load"):
+        a = pl.read_parquet(tmp_path / "local" / f"{t}.parquet")
+        b = pl.read_parquet(tmp_path / "ray" / f"{t}.parquet")
+        assert a.equals(b), t
+    summary = (tmp_path / "local" / "summary.json").read_bytes()
+    assert summary == (tmp_path / "ray" / "summary.json").read_bytes()
+
+
 def test_an_address_that_does_not_answer_fails_in_one_line(sample_trace):
     r = CliRunner().invoke(
         cli, ["replay", str(sample_trace), "--hw", "gb200", "--replicas", "2", "--engine", "ray",
