@@ -175,10 +175,11 @@ def _invoke(*args):
     return CliRunner().invoke(cli, [str(a) for a in args])
 
 
-def test_partition_then_replay_equals_routing_in_place(tmp_path, sample_trace):
+@pytest.mark.parametrize("store", [[], ["--store-gb", "100"]])
+def test_partition_then_replay_equals_routing_in_place(tmp_path, sample_trace, store):
     ds = tmp_path / "ds"
     r = _invoke("partition", sample_trace, "--hw", "gb200", "--replicas", 3,
-                "--router", "kv-aware", "-o", ds, "-q")  # fmt: skip
+                "--router", "kv-aware", *store, "-o", ds, "-q")  # fmt: skip
     assert r.exit_code == 0, r.output
     assert sorted(p.name for p in ds.iterdir()) == [
         "fleet.json", "replica=0", "replica=1", "replica=2"
@@ -188,10 +189,11 @@ def test_partition_then_replay_equals_routing_in_place(tmp_path, sample_trace):
     assert hive.height == pl.read_parquet(sample_trace).height
     assert sorted(hive["replica"].unique().to_list()) == [0, 1, 2]
     a = _invoke("replay", ds, "--hw", "gb200", "-o", tmp_path / "a", "-q")
-    b = _invoke("replay", sample_trace, "--hw", "gb200", "--replicas", 3, "--router", "kv-aware",
+    b = _invoke("replay", sample_trace, "--hw", "gb200", "--replicas", 3, "--router", "kv-aware", *store,
                 "-o", tmp_path / "b", "-q")  # fmt: skip
     assert a.exit_code == 0 and b.exit_code == 0, (a.output, b.output)
     by_file = pl.read_parquet(tmp_path / "a" / "calls.parquet")
+    assert ("kv_store_hit_tokens" in by_file.columns) == bool(store)
     assert hive.sort("trace_row")["replica"].cast(pl.Int32).equals(by_file["replica"])
     for t in ("calls", "stages", "replicas", "replica_load", "footprint"):
         assert pl.read_parquet(tmp_path / "a" / f"{t}.parquet").equals(
@@ -278,3 +280,19 @@ def test_an_empty_trace_is_refused(cfg, sample_trace):
     tr = read_trace(sample_trace)
     with pytest.raises(InputError, match="expected at least one call to route, got none"):
         replay_fleet(Trace(tr.calls.head(0), tr.meta), cfg, replicas=2)
+
+
+def test_a_store_is_chosen_when_partitioning(tmp_path, sample_trace):
+    ds = tmp_path / "ds"
+    assert (
+        _invoke(
+            "partition", sample_trace, "--hw", "gb200", "--replicas", 2, "-o", ds, "-q"
+        ).exit_code
+        == 0
+    )
+    r = _invoke("replay", ds, "--hw", "gb200", "--store-gb", 100)
+    assert r.exit_code == 2
+    assert r.output.strip() == (
+        "Error: the shared store is set when partitioning; give --store-gb/--store-gbps to "
+        f"agentx partition, not to replay ({ds})"
+    )

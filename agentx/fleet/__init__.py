@@ -121,6 +121,12 @@ def replay_fleet(
             have = manifest[name.removeprefix("--")]
             if given is not None and given != have:
                 raise UsageError(f"{name} {given} differs from the dataset's {have} ({source})")
+        if store is not None and store.as_dict() != manifest.get("store"):
+            # which calls the store can serve is fleet-wide state, fixed by the routing pass
+            raise UsageError(
+                f"the shared store is set when partitioning; give --store-gb/--store-gbps to "
+                f"agentx partition, not to replay ({source})"
+            )
         if manifest.get("store"):
             store = SharedStore(**manifest["store"])
     else:
