@@ -225,19 +225,6 @@ def test_fleet_usage_errors(sample_trace, args, message):
     assert r.exit_code == 2 and r.output.strip().splitlines()[-1] == message, r.output
 
 
-def test_replay_of_a_dataset_refuses_other_replicas(tmp_path, sample_trace):
-    ds = tmp_path / "ds"
-    assert (
-        _invoke(
-            "partition", sample_trace, "--hw", "gb200", "--replicas", 2, "-o", ds, "-q"
-        ).exit_code
-        == 0
-    )
-    r = _invoke("replay", ds, "--hw", "gb200", "--replicas", 3)
-    assert r.exit_code == 2
-    assert r.output.strip() == f"Error: --replicas 3 differs from the dataset's 2 ({ds})"
-
-
 def test_gpus_total_chooses_whole_replicas(sample_trace):
     r = _invoke("replay", sample_trace, "--hw", "gb200", "--gpus-total", 100, "--json", "-q")
     assert r.exit_code == 0, r.output
@@ -282,17 +269,21 @@ def test_an_empty_trace_is_refused(cfg, sample_trace):
         replay_fleet(Trace(tr.calls.head(0), tr.meta), cfg, replicas=2)
 
 
-def test_a_store_is_chosen_when_partitioning(tmp_path, sample_trace):
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--replicas", "3"], "--replicas 3 differs from the dataset's 2 ({ds})"),
+        (
+            ["--store-gb", "100"],
+            "the shared store is set when partitioning; give --store-gb/--store-gbps to "
+            "agentx partition, not to replay ({ds})",
+        ),
+    ],
+)
+def test_replay_of_a_dataset_keeps_its_routing(tmp_path, sample_trace, args, message):
     ds = tmp_path / "ds"
-    assert (
-        _invoke(
-            "partition", sample_trace, "--hw", "gb200", "--replicas", 2, "-o", ds, "-q"
-        ).exit_code
-        == 0
-    )
-    r = _invoke("replay", ds, "--hw", "gb200", "--store-gb", 100)
+    made = _invoke("partition", sample_trace, "--hw", "gb200", "--replicas", 2, "-o", ds, "-q")
+    assert made.exit_code == 0, made.output
+    r = _invoke("replay", ds, "--hw", "gb200", *args)
     assert r.exit_code == 2
-    assert r.output.strip() == (
-        "Error: the shared store is set when partitioning; give --store-gb/--store-gbps to "
-        f"agentx partition, not to replay ({ds})"
-    )
+    assert r.output.strip() == "Error: " + message.format(ds=ds)
