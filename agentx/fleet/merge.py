@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 
 from agentx.fleet.replica import LATENCY, Partial
-from agentx.replay.stages import KEYS, STAGES
+from agentx.replay.stages import KEYS
 
 TOKENS = ("input_tokens", "reused_prefix_tokens", "new_tokens", "output_tokens")
 ROW = {
@@ -39,21 +39,11 @@ def merge(partials: list[Partial], replicas: int, fleet: dict) -> dict:
     ``sessions`` (distinct over the whole trace: a session may span replicas)."""
     parts = sorted(partials, key=lambda p: p.replica)
     full = [p for p in parts if p.summary.get("calls")]
-    sums = {st: dict.fromkeys(KEYS, 0.0) for st in STAGES}
-    for p in full:
-        for row in p.stages.iter_rows(named=True):
-            for k in KEYS:
-                sums[row["stage"]][k] += row[k]
     tokens = {c: sum(p.summary["tokens"][c] for p in full) for c in TOKENS}
+    stages = fleet_stages([p.stages for p in full], tokens["output_tokens"])
+    sums = {r.pop("stage"): r for r in stages.iter_rows(named=True)}
+    t_all, e_all = float(stages["time_s"].sum()), float(stages["energy_j"].sum())
     out_tokens = float(tokens["output_tokens"])
-    t_all = sum(v["time_s"] for v in sums.values())
-    e_all = sum(v["energy_j"] for v in sums.values())
-    for v in sums.values():
-        v["arithmetic_intensity"] = v["flops"] / v["hbm_bytes"] if v["hbm_bytes"] > 0 else 0.0
-        v["time_share"] = v["time_s"] / t_all if t_all > 0 else 0.0
-        v["energy_share"] = v["energy_j"] / e_all if e_all > 0 else 0.0
-        v["j_per_output_token"] = v["energy_j"] / out_tokens if out_tokens > 0 else 0.0
-    stages = pl.DataFrame([{"stage": st, **sums[st]} for st in STAGES])
     footprint = (
         pl.concat([p.footprint for p in full])
         .group_by("component", maintain_order=True)
@@ -113,6 +103,22 @@ def merge(partials: list[Partial], replicas: int, fleet: dict) -> dict:
     if rows:
         tables = {"calls": pl.concat(rows, how="diagonal_relaxed").sort("trace_row"), **tables}
     return {"tables": tables, "summary": summary}
+
+
+def fleet_stages(frames: list[pl.DataFrame], output_tokens: int) -> pl.DataFrame:
+    """Replicas' stage tables summed (replica order), with the shares recomputed fleet-wide."""
+    ratio = lambda a, b: pl.when(b > 0).then(a / b).otherwise(0.0)  # noqa: E731
+    return (
+        pl.concat(frames)
+        .group_by("stage", maintain_order=True)
+        .agg(pl.col(list(KEYS)).sum())
+        .with_columns(
+            ratio(pl.col("flops"), pl.col("hbm_bytes")).alias("arithmetic_intensity"),
+            ratio(pl.col("time_s"), pl.col("time_s").sum()).alias("time_share"),
+            ratio(pl.col("energy_j"), pl.col("energy_j").sum()).alias("energy_share"),
+            ratio(pl.col("energy_j"), pl.lit(float(output_tokens))).alias("j_per_output_token"),
+        )
+    )
 
 
 def replica_table(parts: list[Partial], replicas: int) -> pl.DataFrame:
