@@ -44,6 +44,7 @@ def write_run(
     config: dict | None = None,
     catalog_version: str | None = None,
     guard: Iterable[os.PathLike | str | None] = (),
+    written: tuple[str, ...] = (),
 ) -> Path:
     """Write ``tables`` (name → frame), ``summary.json`` and ``run.json`` as one run directory.
 
@@ -55,7 +56,7 @@ def write_run(
     inputs = {k: Path(v) for k, v in (inputs or {}).items()}
     with atomic_dir(run_dir, [*inputs.values(), *guard]) as tmp:
         write_run_files(tmp, kind, tables, summary=summary, inputs=inputs, config=config,
-                        catalog_version=catalog_version)  # fmt: skip
+                        catalog_version=catalog_version, written=written)  # fmt: skip
     return run_dir
 
 
@@ -68,8 +69,10 @@ def write_run_files(
     inputs: dict[str, Path] | None = None,
     config: dict | None = None,
     catalog_version: str | None = None,
+    written: tuple[str, ...] = (),
 ) -> None:
-    """The files of one run into ``folder`` (a temporary folder from ``atomic_dir``)."""
+    """The files of one run into ``folder`` (a temporary folder from ``atomic_dir``);
+    ``written`` names tables the caller already streamed into ``folder``."""
     for name, df in tables.items():
         table = df.to_arrow()
         meta = dict(table.schema.metadata or {})
@@ -87,7 +90,7 @@ def write_run_files(
         "catalog_version": catalog_version,
         "inputs": ins,
         "config": config or {},
-        "tables": sorted(tables),
+        "tables": sorted([*tables, *written]),
     }
     manifest["run_id"] = hashlib.sha256(dumps_json(manifest, indent=None).encode()).hexdigest()[:16]
     (folder / RUN_FILE).write_text(dumps_json(manifest) + "\n", encoding="utf-8")

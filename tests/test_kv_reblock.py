@@ -104,6 +104,7 @@ def test_budget_below_two_refs_per_call_is_a_usage_error():
 
 def test_running_out_of_memory_is_one_line_not_a_traceback(monkeypatch):
     import agentx.kv
+    import agentx.kv.chains
     import agentx.kv.curve
 
     def oom(*args, **kw):
@@ -115,6 +116,7 @@ def test_running_out_of_memory_is_one_line_not_a_traceback(monkeypatch):
         "lower --max-block-refs (or raise --block-size-tokens)"
     )
     monkeypatch.setattr(agentx.kv, "outcome", oom)
+    monkeypatch.setattr(agentx.kv.chains, "chain_outcomes", oom)  # the no-hash lru path
     monkeypatch.setattr(agentx.kv.curve, "prepare", oom)
     with pytest.raises(CapacityError) as e:
         replay_tiers(tr, CFG, max_refs=1000 + counts(tr, 1 << 30))

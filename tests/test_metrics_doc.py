@@ -38,6 +38,19 @@ def runs(tmp_path_factory, sample_trace) -> Path:
         ["simulate", str(sample_trace), "--hw", "gb200", "-o", str(root / "sim"), "-q"],
         ["kv-curve", str(sample_trace), "--hw", "gb200", "-o", str(root / "kv")],
         ["compare", str(sample_trace), "--hw", "b300", "-o", str(root / "cmp"), "-q"],
+        [
+            "replay",
+            str(sample_trace),
+            "--hw",
+            "gb200",
+            "--replicas",
+            "2",
+            "--store-gb",
+            "100",
+            "-o",
+            str(root / "fleet"),
+            "-q",
+        ],  # fmt: skip
     ):
         res = r.invoke(cli, args)
         assert res.exit_code == 0, (args, res.output)
@@ -49,6 +62,7 @@ def test_every_output_column_is_defined(runs):
     assert {t.stem for t in tables} >= {
         "calls", "stages", "footprint", "sweep", "sim_calls", "sim_timeseries", "kv_curve",
         "compare", "configurations", "frontier",
+        "replicas", "replica_load",
     }  # fmt: skip
     missing = [
         f"{t.parent.name}/{t.name}: {c}"

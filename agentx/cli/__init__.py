@@ -31,6 +31,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("models", "agentx.cli.cmd_models"),
     ("plan", "agentx.cli.cmd_plan"),
     ("replay", "agentx.cli.cmd_replay"),
+    ("partition", "agentx.cli.cmd_partition"),
     ("kv-curve", "agentx.cli.cmd_kvcurve"),
     ("sweep", "agentx.cli.cmd_sweep"),
     ("simulate", "agentx.cli.cmd_simulate"),

@@ -130,6 +130,8 @@ pools_option = click.option(
 
 # The trace a command prices or simulates, and the system it runs on (agentx hw list).
 trace_argument = click.argument("trace", type=click.Path(dir_okay=False, path_type=Path))
+# replay also reads a partitioned dataset folder (agentx partition)
+trace_or_dataset_argument = click.argument("trace", type=click.Path(path_type=Path))
 hw_option = click.option(
     "--hw", required=True, help="System name (agentx hw list), e.g. gb200, h200, b200, b300."
 )

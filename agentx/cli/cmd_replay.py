@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import click
@@ -21,8 +22,9 @@ from agentx.cli._common import (
     print_table,
     quiet_option,
     run_dir_option,
-    trace_argument,
+    trace_or_dataset_argument,
 )
+from agentx.cli._fleet import engine_options, routing_options
 from agentx.errors import UsageError
 from agentx.fmt import num
 from agentx.progress import Phases
@@ -33,7 +35,7 @@ from agentx.units import GB
     "replay",
     epilog="Example: agentx replay w.parquet --hw gb200 --model kimi-k2 --gpus 32 -o runs/gb200-32",
 )
-@trace_argument
+@trace_or_dataset_argument
 @hw_option
 @model_option()
 @click.option(
@@ -90,8 +92,25 @@ from agentx.units import GB
 )
 @load_scale_option
 @over_context_option
+@click.option(
+    "--calls",
+    "calls_mode",
+    type=click.Choice(["full", "summary", "none"]),
+    default="full",
+    show_default=True,
+    help="calls.parquet: every per-call column, the queried subset (docs/metrics.md), or none.",
+)
+@click.option(
+    "--chunk-rows",
+    type=int,
+    default=1 << 20,
+    show_default=True,
+    help="Calls priced and written per partition (cut between sessions); results do not depend on it.",
+)
+@routing_options
+@engine_options
 @catalog_option
-@run_dir_option("calls, stages, footprint, summary.json")
+@run_dir_option("calls, stages, footprint, summary.json (a fleet adds replicas, replica_load)")
 @json_option
 @quiet_option
 def command(
@@ -113,6 +132,18 @@ def command(
     kv_tiers,
     load_scale,
     over_context,
+    calls_mode,
+    chunk_rows,
+    replicas,
+    gpus_total,
+    router,
+    balance_eps,
+    overlap_weight,
+    store_gb,
+    store_gbps,
+    engine,
+    ray_address,
+    max_block_refs,
     catalog_files,
     run_dir,
     as_json,
@@ -125,7 +156,7 @@ def command(
     """
     from agentx.catalog import load_catalog
     from agentx.replay.config import make_config
-    from agentx.replay.replay import replay_trace
+    from agentx.replay.replay import calls_columns, merge_partials, replay_chunks, write_calls
     from agentx.traces.io import read_trace
     from agentx.traces.transform import scale_load
 
@@ -152,6 +183,22 @@ def command(
         routing_skew=routing_skew,
         pools=pools,
     )
+    fleet = dict(replicas=replicas, gpus_total=gpus_total, router=router, balance_eps=balance_eps,
+                 overlap_weight=overlap_weight, store_gb=store_gb, store_gbps=store_gbps,
+                 engine=engine, ray_address=ray_address, max_block_refs=max_block_refs)  # fmt: skip
+    if (
+        trace.is_dir()
+        or any(fleet[k] is not None for k in ("replicas", "gpus_total", "router"))
+        or (engine != "local" or store_gb is not None)
+    ):
+        from agentx.cli._fleet import replay_fleet_command
+
+        if interactivity is not None:
+            raise UsageError("--interactivity applies to one instance; not with a fleet")
+        return replay_fleet_command(
+            trace, cfg, fleet, kv_tiers=kv_tiers, calls_mode=calls_mode, run_dir=run_dir, as_json=as_json, quiet=quiet,
+            catalog_version=cat.version, hw=hw, model=model_name,
+        )  # fmt: skip
     phases = Phases("replay", 4, enabled=False if quiet else None)
     phases.step("reading the trace")
     tr = read_trace(trace)
@@ -171,38 +218,54 @@ def command(
         phases.step("placing KV blocks in HBM/DRAM/SSD")
         kv = replay_tiers(tr, cfg)
     phases.step("pricing the four stages")
-    result = replay_trace(tr, cfg, kv=kv)
-    note = (result.summary.get("kv_tiers") or {}).get("block_size_note")
-    if note and not quiet:
-        click.echo(f"note: {note}", err=True)
-    if operating_point is not None:
-        result.summary["interactivity"] = operating_point
-    if over_context != "warn":
-        result.summary["over_context"] = context
-    if run_dir is not None:
-        from agentx.runs import write_run
+    with contextlib.ExitStack() as stack:
+        # calls.parquet streams into the run's temporary folder; the run appears whole or not at all
+        folder = None
+        if run_dir is not None:
+            from agentx.io import atomic_dir
 
-        config = {
-            "hw": hw, "model": model_name, "gpus": cfg.gpus, "tp": cfg.tp, "ep": cfg.ep, "pp": cfg.pp,
-            "dp_attention": cfg.dp_attention, "weight_precision": cfg.weight_precision,
-            "kv_precision": cfg.kv_precision, "decode_batch": cfg.decode_batch,
-            "interactivity_tokens_per_s_per_user": interactivity,
-            "prefill_chunk_tokens": cfg.prefill_chunk_tokens, "routing_skew": cfg.routing_skew,
-            "pools": cfg.pools, "kv_tiers": kv is not None,
-            "load_scale": load_scale, "over_context": over_context,
-            "efficiencies": dataclasses.asdict(cfg.efficiencies),
-        }  # fmt: skip
-        phases.step("writing the run")
-        write_run(
-            run_dir,
-            "replay",
-            {"calls": result.calls, "stages": result.stages, "footprint": result.footprint},
-            summary=result.summary,
-            inputs={"trace": trace},
-            config=config,
-            catalog_version=cat.version,
-            guard=catalog_files,
+            folder = stack.enter_context(atomic_dir(run_dir, [trace, *catalog_files]))
+        calls_path = (
+            folder / "calls.parquet" if folder is not None and calls_mode != "none" else None
         )
+        # Partitions are priced, written as row groups of calls.parquet and dropped as they come.
+        parts = replay_chunks(tr.calls, cfg, kv.per_call if kv is not None else None, chunk_rows)
+        meta = {"agentx.run_kind": "replay", "agentx.table": "calls"}
+        cols = calls_columns(calls_mode, tr.calls.columns + list(_priced_columns(kv)))
+        result = merge_partials(
+            write_calls(parts, calls_path, meta, cols), cfg, kv.summary if kv is not None else None
+        )
+        note = (result.summary.get("kv_tiers") or {}).get("block_size_note")
+        if note and not quiet:
+            click.echo(f"note: {note}", err=True)
+        if operating_point is not None:
+            result.summary["interactivity"] = operating_point
+        if over_context != "warn":
+            result.summary["over_context"] = context
+        if folder is not None:
+            from agentx.runs import write_run_files
+
+            config = {
+                "hw": hw, "model": model_name, "gpus": cfg.gpus, "tp": cfg.tp, "ep": cfg.ep, "pp": cfg.pp,
+                "dp_attention": cfg.dp_attention, "weight_precision": cfg.weight_precision,
+                "kv_precision": cfg.kv_precision, "decode_batch": cfg.decode_batch,
+                "interactivity_tokens_per_s_per_user": interactivity,
+                "prefill_chunk_tokens": cfg.prefill_chunk_tokens, "routing_skew": cfg.routing_skew,
+                "pools": cfg.pools, "kv_tiers": kv is not None, "calls": calls_mode,
+                "load_scale": load_scale, "over_context": over_context,
+                "efficiencies": dataclasses.asdict(cfg.efficiencies),
+            }  # fmt: skip
+            phases.step("writing the run")
+            write_run_files(
+                folder,
+                "replay",
+                {"stages": result.stages, "footprint": result.footprint},
+                summary=result.summary,
+                inputs={"trace": trace},
+                config=config,
+                catalog_version=cat.version,
+                written=("calls",) if calls_path is not None else (),
+            )
     phases.done()
     if as_json:
         emit_json(result.summary)
@@ -210,6 +273,12 @@ def command(
         _print(result)
     if run_dir is not None and not quiet:
         click.echo(f"wrote {run_dir}", err=True)
+
+
+def _priced_columns(kv) -> tuple[str, ...]:
+    from agentx.replay.replay import CALL_COLUMNS
+
+    return (*CALL_COLUMNS, *(kv.per_call.columns if kv is not None else ()))
 
 
 def _print(result) -> None:

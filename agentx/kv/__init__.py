@@ -30,6 +30,7 @@ from agentx.kv.tiers import (
     WRITE_POLICIES,
     TierCapacities,
     capacities_for,
+    finish_frame,
     link_costs,
     per_call_frame,
     traffic_over_time,
@@ -62,6 +63,10 @@ def replay_tiers(
     power-of-two multiple of the block size that fits (``summary["block_size_note"]``)."""
     caps = capacities or capacities_for(cfg)
     bpt = cfg.kv_bytes_per_token
+    if policy == "lru" and write_policy == "write-through" and not has_hashes(trace):
+        # the common case needs no block stream: chain positions are the blocks (kv/chains.py)
+        with memory_guard(max_refs):
+            return _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs)
     with memory_guard(max_refs):
         stream = build_blocks(
             trace, block_size_tokens, share_prefix=share_prefix, max_refs=max_refs
@@ -83,6 +88,38 @@ def memory_guard(max_refs: int):
         ) from None
 
 
+def has_hashes(trace: Trace) -> bool:
+    df = trace.calls
+    return df.height > 0 and bool(df["block_hashes"].is_not_null().all())
+
+
+def _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs) -> KvResult:
+    from agentx.kv.blocks import geometry
+    from agentx.kv.chains import chain_outcomes
+
+    bpt = cfg.kv_bytes_per_token
+    g = geometry(trace, block_size_tokens, share_prefix=share_prefix, max_refs=max_refs)
+    acc, glob = chain_outcomes(g, caps.tokens(bpt))
+    cols = {f"kv_{t}_hit_tokens": acc[:, i] for i, t in enumerate(TIER_NAMES)}
+    cols["kv_recompute_tokens"] = acc[:, 3]
+    cols["kv_ssd_to_dram_bytes"] = acc[:, 4].astype(np.float64) * bpt
+    cols["kv_dram_to_hbm_bytes"] = acc[:, 5].astype(np.float64) * bpt
+    created = acc[:, 6].astype(np.float64) * bpt
+    cols["kv_hbm_to_dram_bytes"], cols["kv_dram_to_ssd_bytes"] = created, created.copy()
+    per_call = finish_frame(cols, g.row, trace.calls.height, cfg)
+    counts = {
+        "hits": {
+            t: {"blocks": int(glob[i]), "tokens": int(acc[:, i].sum())}
+            for i, t in enumerate(TIER_NAMES)
+        },
+        "recompute": {"blocks": int(glob[3]), "tokens": int(acc[:, 3].sum())},
+        "distinct_blocks": int(glob[4]),
+        "block_references": int(g.ref_off[-1]),
+        "pinned_tokens": 0,
+    }
+    return KvResult(per_call, _summary(counts, per_call, g, caps, "lru", "write-through", cfg))
+
+
 def summarize(
     out: Outcome,
     per_call: pl.DataFrame,
@@ -92,36 +129,58 @@ def summarize(
     write_policy: str,
     cfg: ServingConfig,
 ) -> dict:
-    bytes_per_token = cfg.kv_bytes_per_token
-    costs = link_costs(cfg)  # each link alone, at the bandwidth one call gets
     rd = out.is_read
-    reused = int(stream.reused_tokens.sum())
     tiers = {}
     for name, t in zip(TIER_NAMES, (HBM, DRAM, SSD), strict=True):
         sel = rd & (out.tier == t)
         tiers[name] = {"blocks": int(out.n[sel].sum()), "tokens": int(out.read_tokens[sel].sum())}
     miss = rd & (out.tier == NOWHERE)
-    hit_tokens = sum(v["tokens"] for v in tiers.values())
+    counts = {
+        "hits": tiers,
+        "recompute": {"blocks": int(out.n[miss].sum()), "tokens": int(out.read_tokens[miss].sum())},
+        "distinct_blocks": int((out.block_weight > 0).sum()),
+        "block_references": stream.n_refs,
+        "pinned_tokens": out.pinned_tokens,
+    }
+    geo = _GeoView(
+        stream.block_size_tokens, stream.block_size_note, stream.input_tokens, stream.reused_tokens
+    )
+    return _summary(counts, per_call, geo, caps, policy, write_policy, cfg)
+
+
+@dataclass(frozen=True)
+class _GeoView:
+    bs: int
+    note: str
+    n_in: np.ndarray
+    reused: np.ndarray
+
+
+def _summary(counts, per_call, g, caps, policy, write_policy, cfg) -> dict:
+    bytes_per_token = cfg.kv_bytes_per_token
+    costs = link_costs(cfg)  # each link alone, at the bandwidth one call gets
+    reused = int(g.reused.sum())
+    hit_tokens = sum(v["tokens"] for v in counts["hits"].values())
     return {
         "policy": policy,
         "write_policy": write_policy,
-        "block_size_tokens": stream.block_size_tokens,
-        "block_size_note": stream.block_size_note,
+        "block_size_tokens": g.bs,
+        "block_size_note": g.note,
         "kv_bytes_per_token": float(bytes_per_token),
         "capacities": caps.as_dict(),
-        "calls": stream.n_calls,
-        "block_references": stream.n_refs,
-        "distinct_blocks": int((out.block_weight > 0).sum()),
-        "input_tokens": int(stream.input_tokens.sum()),
+        "calls": len(g.n_in),
+        "block_references": counts["block_references"],
+        "distinct_blocks": counts["distinct_blocks"],
+        "input_tokens": int(g.n_in.sum()),
         "reused_tokens": reused,
-        "hits": tiers,
-        "recompute": {"blocks": int(out.n[miss].sum()), "tokens": int(out.read_tokens[miss].sum())},
+        "hits": counts["hits"],
+        "recompute": counts["recompute"],
         "hit_ratio": hit_tokens / reused if reused else 0.0,
         "bytes": {link: float(per_call[f"kv_{link}_bytes"].sum()) for link in LINKS},
         "link_time_s": {k: float(per_call[f"kv_{k}_bytes"].sum()) / costs[k][0] for k in LINKS},
         "transfer_time_s": float(per_call["kv_transfer_time_s"].sum()),
         "transfer_energy_j": float(per_call["kv_transfer_energy_j"].sum()),
-        "pinned_shared_bytes": float(out.pinned_tokens * bytes_per_token),
+        "pinned_shared_bytes": float(counts["pinned_tokens"] * bytes_per_token),
     }
 
 

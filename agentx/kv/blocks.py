@@ -77,6 +77,84 @@ def build_blocks(
 ) -> BlockStream:
     """The reference stream of ``trace`` at ``block_size_tokens`` (default: the trace's own),
     coarsened by powers of two until it has at most ``max_refs`` references."""
+    g = geometry(trace, block_size_tokens, share_prefix=share_prefix, max_refs=max_refs)
+    df, row, bs, n_blk, n_read, write_pos, ref_off, spt = (
+        trace.calls,
+        g.row,
+        g.bs,
+        g.n_blk,
+        g.n_read,
+        g.write_pos,
+        g.ref_off,
+        g.spt,
+    )
+    use_hashes, native, chain, agent = g.use_hashes, g.native, g.chain, g.agent
+    out = np.empty(int(ref_off[-1]), np.int64)
+    if use_hashes:
+        geo = (n_blk, n_read, write_pos, ref_off, spt)
+        n_blocks, n_private = hash_ids(df, row, g.scope, bs // native, geo, g.spt_tokens, out)
+        shared = np.arange(n_blocks) >= n_private
+    else:
+        order = np.lexsort((np.arange(len(chain)), chain))
+        geo = (n_blk, n_read, write_pos, ref_off, spt, g.sh_base)
+        n_blocks = int(_synth_kernel(order, chain, *geo, g.n_shared, out))
+        shared = np.arange(n_blocks) < g.n_shared
+    sessions = df["session_id"].rank("dense").to_numpy().astype(np.int64)[row]
+    shared = _multi_session(shared, out, ref_off, sessions)
+    return BlockStream(
+        block_size_tokens=bs,
+        block_size_note=g.note,
+        row=row,
+        ref_off=ref_off,
+        n_read=n_read,
+        write_pos=write_pos,
+        input_tokens=g.n_in,
+        reused_tokens=g.reused,
+        ref_block=out,
+        n_blocks=n_blocks,
+        shared=shared,
+        chain=chain,
+        agent=agent,
+        compaction=df["is_compaction"].to_numpy()[row],
+    )
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Per call, in time order: where its references fall, without naming any block.
+
+    ``spt``: leading blocks of the call that are shared-prefix blocks (0 with global hashes
+    or ``share_prefix=False``); without hashes shared ids come first, one run per distinct
+    ``spt`` (``sh_base``: the call's first shared id; ``n_shared`` ids in all)."""
+
+    row: np.ndarray
+    bs: int
+    note: str
+    use_hashes: bool
+    native: int | None
+    scope: str
+    n_in: np.ndarray
+    reused: np.ndarray
+    n_blk: np.ndarray
+    n_read: np.ndarray
+    write_pos: np.ndarray
+    ref_off: np.ndarray
+    chain: np.ndarray
+    agent: np.ndarray
+    spt: np.ndarray
+    spt_tokens: np.ndarray
+    sh_base: np.ndarray
+    n_shared: int
+
+
+def geometry(
+    trace: Trace,
+    block_size_tokens: int | None = None,
+    *,
+    share_prefix: bool = True,
+    max_refs: int = MAX_REFS,
+) -> Geometry:
+    """The block geometry ``build_blocks`` and the chain kernel (agentx.kv.chains) share."""
     df = trace.calls
     use_hashes = df.height > 0 and bool(df["block_hashes"].is_not_null().all())
     native = _native_block_size(df, trace) if use_hashes else None
@@ -111,39 +189,14 @@ def build_blocks(
     spt = spt_min.to_numpy()[row].astype(np.int64) // bs
     if not share_prefix or scope == "global":  # global hashes already name shared blocks
         spt[:] = 0
-    out = np.empty(int(ref_off[-1]), np.int64)
-    if use_hashes:
-        geo = (n_blk, n_read, write_pos, ref_off, spt)
-        spt_tokens = spt_min.to_numpy()[row].astype(np.int64)
-        n_blocks, n_private = hash_ids(df, row, scope, bs // native, geo, spt_tokens, out)
-        shared = np.arange(n_blocks) >= n_private
-    else:
-        # Shared-prefix ids come first: one run of ids per distinct shared_prefix_tokens value.
-        groups, g = np.unique(spt, return_inverse=True)
-        sh_base = (np.cumsum(groups) - groups)[g]
-        n_shared = int(groups.sum())
-        order = np.lexsort((np.arange(len(chain)), chain))
-        geo = (n_blk, n_read, write_pos, ref_off, spt, sh_base)
-        n_blocks = int(_synth_kernel(order, chain, *geo, n_shared, out))
-        shared = np.arange(n_blocks) < n_shared
-    sessions = df["session_id"].rank("dense").to_numpy().astype(np.int64)[row]
-    shared = _multi_session(shared, out, ref_off, sessions)
-    return BlockStream(
-        block_size_tokens=bs,
-        block_size_note=note,
-        row=row,
-        ref_off=ref_off,
-        n_read=n_read,
-        write_pos=write_pos,
-        input_tokens=n_in,
-        reused_tokens=reused,
-        ref_block=out,
-        n_blocks=n_blocks,
-        shared=shared,
-        chain=chain,
-        agent=agent,
-        compaction=df["is_compaction"].to_numpy()[row],
-    )
+    groups, gi = np.unique(spt, return_inverse=True)
+    spt_tokens = spt_min.to_numpy()[row].astype(np.int64)
+    return Geometry(
+        row=row, bs=bs, note=note, use_hashes=use_hashes, native=native, scope=scope,
+        n_in=n_in, reused=reused, n_blk=n_blk, n_read=n_read, write_pos=write_pos,
+        ref_off=ref_off, chain=chain, agent=agent, spt=spt, spt_tokens=spt_tokens,
+        sh_base=(np.cumsum(groups) - groups)[gi].astype(np.int64), n_shared=int(groups.sum()),
+    )  # fmt: skip
 
 
 def ref_count(n_in: np.ndarray, reused: np.ndarray, bs: int, use_hashes: bool) -> int:

@@ -145,6 +145,12 @@ def per_call_frame(
             hd * bytes_per_token,
             ds * bytes_per_token,
         )
+    return finish_frame(cols, row, n_rows, cfg)
+
+
+def finish_frame(cols: dict, row: np.ndarray, n_rows: int, cfg: ServingConfig) -> pl.DataFrame:
+    """Transfer time and energy from the bytes per link, then the ``PER_CALL`` columns in
+    trace row order (``cols``: hits, recomputes and bytes per call in time order)."""
     costs = link_costs(cfg)
     cols["kv_transfer_time_s"] = np.maximum(
         cols["kv_ssd_to_dram_bytes"] / costs["ssd_to_dram"][0],

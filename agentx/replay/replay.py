@@ -8,14 +8,14 @@ units and formulas: docs/metrics.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numba
 import numpy as np
 import polars as pl
 
 from agentx.catalog.types import ServingConfig
-from agentx.errors import InputError
+from agentx.errors import InputError, UsageError
 from agentx.replay.energy import coefficients
 from agentx.replay.footprint import check_fits, describe, footprint_per_gpu
 from agentx.replay.stages import KEYS, STAGES
@@ -150,23 +150,77 @@ def _peak_resident(t0, t1, ctx, arrive, finish, batch):  # pragma: no cover (com
     return best, best_seqs
 
 
-def replay_trace(trace, cfg: ServingConfig, kv=None) -> ReplayResult:
-    """Price every call of ``trace`` (a Trace or a calls frame) on ``cfg``; ``kv`` is an
-    optional ``agentx.kv`` result whose per-call reloads and recomputes enter the fills."""
-    check_fits(cfg)
-    df = trace.calls if hasattr(trace, "calls") else trace
-    kv_calls = _kv_frame(kv, df.height)
-    cols, sums = price_calls(cfg, df, kv_calls)
+@dataclass(frozen=True)
+class Partial:
+    """The priced calls of one partition and what the run summary needs of them.
+
+    ``calls`` holds the per-call rows (trace keys, ``CALL_COLUMNS``, ``kv_*`` when given) in
+    the partition's row order; ``Partial.slim`` keeps only the columns ``merge_partials``
+    reads (``SLIM_COLUMNS``), so a streaming driver can write the rows and drop the rest.
+    """
+
+    calls: pl.DataFrame
+    sums: np.ndarray  # stage × KEYS totals (float64)
+    sessions: int  # distinct session_id values of the partition
+    tokens: dict[str, int]  # sums of input, reused_prefix, new and output tokens
+    over_context: int  # calls whose input + output tokens pass the model's max context
+
+    def slim(self) -> Partial:
+        return replace(self, calls=self.calls.select(SLIM_COLUMNS))
+
+
+SLIM_COLUMNS = ("t_start_s", "input_tokens", "output_tokens", "ttft_s", "decode_latency_s")
+
+
+def replay_partition(calls: pl.DataFrame, cfg: ServingConfig, kv_calls=None) -> Partial:
+    """Price one partition of a trace: the seam every engine (local streaming, Ray) calls.
+
+    Pure function of its arguments. ``calls``: canonical trace rows (at least
+    ``TRACE_COLUMNS``); ``cfg``: the resolved serving configuration; ``kv_calls``: optional
+    per-call KV outcome (``agentx.kv`` ``PER_CALL`` columns, one row per row of ``calls``, same
+    order), e.g. ``replay_tiers(...).per_call`` or a slice of it. A partition must hold every
+    call of its sessions (sessions are counted per partition), and partitions in trace order
+    reproduce ``replay_trace`` of the whole trace: integers exactly, float sums to rounding
+    (docs/metrics.md). Combine partitions with ``merge_partials``.
+    """
+    kv_calls = _kv_frame(kv_calls, calls.height)
+    cols, sums = price_calls(cfg, calls, kv_calls)
     frame = pl.DataFrame(dict(zip(CALL_COLUMNS, cols, strict=True)))
-    parts = [df.select([c for c in TRACE_COLUMNS if c in df.columns]), frame]
+    parts = [calls.select([c for c in TRACE_COLUMNS if c in calls.columns]), frame]
     if isinstance(kv_calls, pl.DataFrame):
         # the tier outcome of each call travels with its costs (docs/metrics.md, kv_* columns)
         parts.append(kv_calls.select([c for c in kv_calls.columns if c.startswith("kv_")]))
-    calls = pl.concat(parts, how="horizontal")
+    ctx = calls.get_column("input_tokens") + calls.get_column("output_tokens")
+    return Partial(
+        calls=pl.concat(parts, how="horizontal"),
+        sums=sums,
+        sessions=int(calls.get_column("session_id").n_unique()) if calls.height else 0,
+        tokens={c: int(calls.get_column(c).sum()) for c in TRACE_COLUMNS[4:]},
+        over_context=int((ctx > cfg.model.max_context_tokens).sum()),
+    )
+
+
+def merge_partials(parts, cfg: ServingConfig, kv_summary: dict | None = None) -> ReplayResult:
+    """One ``ReplayResult`` from the partials of disjoint partitions, in the order given.
+
+    Per-call rows are concatenated (slim partials give a calls table of ``SLIM_COLUMNS``
+    only); stage sums, token counts and sessions add; latency quantiles and the HBM peak
+    (``resident_context``) are computed over all calls together, so they are exact.
+    """
+    check_fits(cfg)  # before a lazy ``parts`` starts pricing (or writing)
+    parts = list(parts)
+    calls = pl.concat([p.calls for p in parts], how="vertical") if parts else None
+    sums = np.zeros((len(STAGES), len(KEYS)))
+    for p in parts:
+        sums += p.sums
+    if calls is None:
+        calls = replay_partition(_empty_calls(), cfg).calls
+    n = calls.height
+    tokens = {c: sum(p.tokens[c] for p in parts) for c in TRACE_COLUMNS[4:]}
     totals = {st: {k: float(sums[i, j]) for j, k in enumerate(KEYS)} for i, st in enumerate(STAGES)}
     t_all = sum(v["time_s"] for v in totals.values())
     e_all = sum(v["energy_j"] for v in totals.values())
-    out_tokens = float(df.get_column("output_tokens").sum()) if df.height else 0.0
+    out_tokens = float(tokens["output_tokens"])
     for v in totals.values():
         v["arithmetic_intensity"] = v["flops"] / v["hbm_bytes"] if v["hbm_bytes"] > 0 else 0.0
         v["time_share"] = v["time_s"] / t_all if t_all > 0 else 0.0
@@ -174,10 +228,9 @@ def replay_trace(trace, cfg: ServingConfig, kv=None) -> ReplayResult:
         v["j_per_output_token"] = v["energy_j"] / out_tokens if out_tokens > 0 else 0.0
     stage_df = pl.DataFrame([{"stage": st, **totals[st]} for st in STAGES])
 
-    tokens, seqs = resident_context(
-        df, frame["ttft_s"].to_numpy() + frame["decode_latency_s"].to_numpy(), cfg.decode_batch
-    )
-    fp = footprint_per_gpu(cfg, tokens, sequences=seqs or None)
+    busy = calls["ttft_s"].to_numpy() + calls["decode_latency_s"].to_numpy()
+    tokens_res, seqs = resident_context(calls, busy, cfg.decode_batch)
+    fp = footprint_per_gpu(cfg, tokens_res, sequences=seqs or None)
     fp_df = pl.DataFrame(fp.as_rows())
     coef = coefficients(cfg)
     summary = {
@@ -186,38 +239,144 @@ def replay_trace(trace, cfg: ServingConfig, kv=None) -> ReplayResult:
         "layout": describe(cfg),
         "gpus": cfg.gpus,
         "decode_batch": cfg.decode_batch,
-        "calls": df.height,
-        "sessions": int(df.get_column("session_id").n_unique()) if df.height else 0,
-        "tokens": {c: int(df.get_column(c).sum()) for c in TRACE_COLUMNS[4:]},
+        "calls": n,
+        "sessions": sum(p.sessions for p in parts),
+        "tokens": tokens,
         "stages": totals,
         "total_time_s": t_all,
         "total_energy_j": e_all,
         "j_per_output_token": e_all / out_tokens if out_tokens > 0 else 0.0,
         "average_power_w_per_gpu": e_all / (t_all * cfg.gpus) if t_all > 0 else 0.0,
         "latency_s": {
-            c: {"p50": _q(frame[c], 0.5), "p90": _q(frame[c], 0.9), "p99": _q(frame[c], 0.99)}
+            c: {"p50": _q(calls[c], 0.5), "p90": _q(calls[c], 0.9), "p99": _q(calls[c], 0.99)}
             for c in ("ttft_s", "decode_latency_s")
         },
         "hbm_peak_bytes_per_gpu": fp.total_bytes,
         "hbm_capacity_bytes_per_gpu": fp.capacity_bytes,
         "kv_fits_in_hbm": fp.fits,
-        "kv_resident_tokens": tokens,
-        "calls_over_max_context": int(
-            (
-                (df.get_column("input_tokens") + df.get_column("output_tokens"))
-                > cfg.model.max_context_tokens
-            ).sum()
-        ),
+        "kv_resident_tokens": tokens_res,
+        "calls_over_max_context": sum(p.over_context for p in parts),
         "kv_resident_sequences": seqs,
         "footprint": {r["component"]: r["bytes_per_gpu"] for r in fp.as_rows()},
         "energy_model": ENERGY_MODEL
         if coef.calibrated
         else ENERGY_MODEL + " (no TDP published: fallback pJ/FLOP, no static power)",
     }
-    if kv is not None and hasattr(kv, "summary"):
-        summary["kv_tiers"] = kv.summary
+    if kv_summary is not None:
+        summary["kv_tiers"] = kv_summary
     return ReplayResult(calls, stage_df, fp_df, summary)
+
+
+def replay_trace(trace, cfg: ServingConfig, kv=None) -> ReplayResult:
+    """Price every call of ``trace`` (a Trace or a calls frame) on ``cfg``; ``kv`` is an
+    optional ``agentx.kv`` result whose per-call reloads and recomputes enter the fills.
+    One partition through the seam (``replay_partition`` then ``merge_partials``)."""
+    check_fits(cfg)
+    df = trace.calls if hasattr(trace, "calls") else trace
+    part = replay_partition(df, cfg, kv)
+    return merge_partials([part], cfg, getattr(kv, "summary", None) if kv is not None else None)
+
+
+def _empty_calls() -> pl.DataFrame:
+    ints = ("call_index", *TRACE_COLUMNS[4:])
+    return pl.DataFrame(
+        schema={
+            c: pl.String
+            if c in ("session_id", "agent_id")
+            else pl.Int64
+            if c in ints
+            else pl.Float64
+            for c in TRACE_COLUMNS
+        }
+    )
 
 
 def _q(a: pl.Series, q: float) -> float:
     return float(a.quantile(q, interpolation="linear")) if a.len() else 0.0
+
+
+# Rows per partition of the streaming driver: one Parquet row group of calls.parquet, and
+# small enough that a partition's 30-odd priced columns stay a few hundred MB.
+CHUNK_ROWS = 1 << 20
+
+
+def session_cuts(calls: pl.DataFrame, rows: int = CHUNK_ROWS) -> list[tuple[int, int]]:
+    """(offset, length) partitions of ``calls`` of about ``rows`` rows, cut only between
+    sessions. A trace whose sessions are not contiguous (not session-ordered) is one partition."""
+    n = calls.height
+    if rows <= 0:
+        raise UsageError(f"--chunk-rows must be positive, got {rows}")
+    if n <= rows:
+        return [(0, n)]
+    sid = calls.get_column("session_id")
+    starts = np.flatnonzero(np.concatenate(([True], (sid[1:] != sid[:-1]).to_numpy())))
+    if starts.size != sid.n_unique():
+        return [(0, n)]
+    # first session start at or after each multiple of ``rows``
+    cuts = np.unique(
+        starts[np.minimum(np.searchsorted(starts, np.arange(rows, n, rows)), starts.size - 1)]
+    )
+    bounds = np.concatenate(([0], cuts[cuts > 0], [n]))
+    bounds = np.unique(bounds)
+    return [(int(a), int(b - a)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def replay_chunks(calls: pl.DataFrame, cfg: ServingConfig, kv_calls=None, rows: int = CHUNK_ROWS):
+    """``replay_partition`` over the session-aligned partitions of ``calls``, in order."""
+    kv_calls = _kv_frame(kv_calls, calls.height)
+    for off, length in session_cuts(calls, rows):
+        kv_part = None if kv_calls is None else kv_calls.slice(off, length)
+        yield replay_partition(calls.slice(off, length), cfg, kv_part)
+
+
+CALLS_MODES = ("full", "summary", "none")
+
+
+def calls_columns(mode: str, available) -> list[str] | None:
+    """Columns of calls.parquet for ``--calls`` ``mode`` (None: all). ``summary`` keeps what
+    the per-call queries of docs/metrics.md use: trace keys, per-stage time and energy,
+    latencies and the KV tier outcome in tokens (bytes per link stay in full and in the sums)."""
+    if mode not in CALLS_MODES:
+        raise UsageError(f"--calls must be one of {', '.join(CALLS_MODES)}, got '{mode}'")
+    if mode != "summary":
+        return None
+    keep = (
+        *TRACE_COLUMNS,
+        *(f"{st}_{k}" for st in STAGES for k in ("time_s", "energy_j")),
+        "ttft_s",
+        "decode_latency_s",
+        "total_energy_j",
+        *(c for c in available if c.startswith("kv_") and c.endswith("_tokens")),
+        "kv_transfer_time_s",
+    )
+    return [c for c in keep if c in available]
+
+
+def write_calls(parts, path, metadata: dict[str, str] | None = None, columns=None):
+    """Write the partials' calls rows to ``path`` (one Parquet row group each, zstd, atomic:
+    temp file renamed at the end) as they come; yields each partial, slimmed, for the merge.
+    ``columns``: the columns to keep (default all); ``path`` None writes nothing."""
+    import pyarrow.parquet as pq
+
+    from agentx.io import atomic_path
+
+    if path is None:
+        for p in parts:
+            yield p.slim()
+        return
+    with atomic_path(path, suffix=".parquet.tmp") as tmp:
+        writer = None
+        try:
+            for p in parts:
+                frame = p.calls if columns is None else p.calls.select(columns)
+                table = frame.to_arrow()
+                if writer is None:
+                    schema = table.schema.with_metadata(
+                        {k.encode(): v.encode() for k, v in (metadata or {}).items()}
+                    )
+                    writer = pq.ParquetWriter(tmp, schema, compression="zstd")
+                writer.write_table(table.cast(writer.schema), row_group_size=table.num_rows or 1)
+                yield p.slim()
+        finally:
+            if writer is not None:
+                writer.close()

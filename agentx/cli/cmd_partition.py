@@ -1,0 +1,82 @@
+"""``agentx partition``: route a trace over a fleet and write one folder per replica."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from agentx.cli._common import catalog_option, hw_option, model_option, quiet_option, trace_argument
+from agentx.cli._fleet import fleet_size, routing_options, store_of
+
+
+@click.command(
+    "partition",
+    epilog="Example: agentx partition w.parquet --hw gb200 --replicas 64 --router kv-aware -o w-64/ "
+    "&& agentx replay w-64/ --hw gb200 --engine ray",
+)
+@trace_argument
+@hw_option
+@model_option()
+@click.option("--gpus", type=int, help="GPUs per replica (default: one node; 32 on NVL72).")
+@routing_options
+@catalog_option
+@click.option(
+    "-o",
+    "--output",
+    "out_dir",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Folder of the partitioned dataset (replica=K/part-0.parquet + fleet.json).",
+)
+@quiet_option
+def command(
+    trace,
+    hw,
+    model_name,
+    gpus,
+    replicas,
+    gpus_total,
+    router,
+    balance_eps,
+    overlap_weight,
+    store_gb,
+    store_gbps,
+    catalog_files,
+    out_dir,
+    quiet,
+) -> None:
+    """Route every call of TRACE to a replica and write the hive-style partitioned dataset.
+
+    Each replica's calls go to OUT/replica=K/part-0.parquet, so a Ray task (or any engine)
+    reads only its own; the kv-aware and least-loaded routers price calls on --hw to know
+    how long each keeps a replica busy. Replay it with 'agentx replay OUT --hw … --engine ray'.
+    """
+    from agentx.catalog import load_catalog
+    from agentx.errors import UsageError
+    from agentx.fleet import DEFAULT_ROUTER, plan_fleet
+    from agentx.fleet.partition import write_dataset
+    from agentx.io import ensure_distinct
+    from agentx.replay.config import make_config
+    from agentx.traces.io import read_trace
+
+    cat = load_catalog(catalog_files)
+    cfg = make_config(cat, hw, model_name, gpus=gpus)
+    n = fleet_size(cfg, replicas, gpus_total)
+    if n is None:
+        raise UsageError("give --replicas or --gpus-total")
+    ensure_distinct(out_dir, [trace])
+    tr = read_trace(trace)
+    parts, manifest = plan_fleet(
+        tr, cfg, n, router or DEFAULT_ROUTER, eps=balance_eps, overlap_weight=overlap_weight,
+        store=store_of(store_gb, store_gbps),
+    )  # fmt: skip
+    manifest = {**manifest, "hw": hw, "model": model_name, "gpus_per_replica": cfg.gpus}
+    write_dataset(parts, out_dir, manifest)
+    if not quiet:
+        sizes = [p.calls.height for p in parts]
+        click.echo(
+            f"wrote {out_dir}: {len(parts)} partitions, {sum(sizes):,} calls "
+            f"({min(sizes):,}–{max(sizes):,} per replica)",
+            err=True,
+        )

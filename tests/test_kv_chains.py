@@ -1,0 +1,80 @@
+"""The chain kernel (agentx.kv.chains) equals the block-stream LRU path exactly.
+
+``replay_tiers`` takes the chain kernel for traces without hashes under lru + write-through;
+the block stream (build_blocks → stack → outcome → per_call_frame) stays the reference. Small
+capacities move the horizon, tiny windows force many compactions: neither may change a number.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentx.catalog import load_catalog
+from agentx.kv import TierCapacities, capacities_for, replay_tiers, summarize
+from agentx.kv.blocks import build_blocks, geometry
+from agentx.kv.chains import chain_outcomes
+from agentx.kv.policies import outcome
+from agentx.kv.tiers import per_call_frame
+from agentx.replay import make_config
+from agentx.testing import trace_objects
+from agentx.traces.synth import synthesize
+
+CFG = make_config(load_catalog(), "gb200", "kimi-k2", gpus=32)
+BPT = CFG.kv_bytes_per_token
+
+
+def stream_path(trace, caps, bs=None):
+    s = build_blocks(trace, bs)
+    out = outcome("lru", s, caps.tokens(BPT))
+    pc = per_call_frame(out, s, trace.calls.height, BPT, CFG)
+    return pc, summarize(out, pc, s, caps, "lru", "write-through", CFG)
+
+
+caps_st = st.builds(
+    TierCapacities,
+    st.sampled_from([0.0, 1e6, 3e7, 1e9, 1e12]),
+    st.sampled_from([0.0, 1e7, 1e8, 1e10]),
+    st.sampled_from([0.0, 1e8, 1e9, 1e11, 1e15]),
+)
+
+
+@settings(max_examples=60)
+@given(trace_objects(max_sessions=5, max_calls_per_session=8), caps_st, st.booleans())
+def test_chain_kernel_equals_block_stream(trace, caps, share):
+    pc, summary = stream_path(trace, caps)
+    got = replay_tiers(trace, CFG, caps, share_prefix=share)
+    if not share:
+        s = build_blocks(trace, share_prefix=False)
+        out = outcome("lru", s, caps.tokens(BPT))
+        pc = per_call_frame(out, s, trace.calls.height, BPT, CFG)
+        summary = summarize(out, pc, s, caps, "lru", "write-through", CFG)
+    assert got.per_call.equals(pc)
+    assert got.summary == summary
+
+
+@pytest.mark.parametrize(
+    "caps",
+    [None, TierCapacities(1e9, 5e10, 2e11), TierCapacities(0, 0, 1e10), TierCapacities(0, 0, 0)],
+)
+@pytest.mark.parametrize("bs", [None, 4096])
+def test_synthetic_sessions_equal_block_stream(caps, bs):
+    tr = synthesize(40, seed=5)
+    caps = caps or capacities_for(CFG)
+    pc, summary = stream_path(tr, caps, bs)
+    got = replay_tiers(tr, CFG, caps, block_size_tokens=bs)
+    assert got.per_call.equals(pc)
+    assert got.summary == summary
+
+
+@settings(max_examples=15)
+@given(st.integers(4, 5000), st.sampled_from([1e8, 1e10, 1e15]))
+def test_any_window_gives_the_same_outcomes(window, ssd):
+    tr = synthesize(12, seed=2)
+    g = geometry(tr, 256)
+    caps = np.array([1e5, 1e6, ssd / BPT])
+    acc, glob = chain_outcomes(g, caps, window=1 << 20)
+    acc2, glob2 = chain_outcomes(g, caps, window=window)
+    assert np.array_equal(acc, acc2) and np.array_equal(glob, glob2)

@@ -1,0 +1,179 @@
+"""The replay seam (``replay_partition`` + ``merge_partials``) and the streaming driver.
+
+Any session-aligned partitioning, and any chunk size of the streaming CLI, gives the results of
+the one-partition replay: integer columns exactly, floats within 1e-9 relative (only the order
+of float additions changes), and the same options give the same bytes run to run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentx.catalog import load_catalog
+from agentx.cli import cli
+from agentx.kv import replay_tiers
+from agentx.replay import make_config, replay_trace
+from agentx.replay.replay import (
+    SLIM_COLUMNS,
+    merge_partials,
+    replay_chunks,
+    replay_partition,
+    session_cuts,
+)
+from agentx.traces.io import read_trace, write_trace
+from agentx.traces.synth import synthesize
+
+CFG = make_config(load_catalog(), "gb200", "kimi-k2", gpus=32)
+TRACE = synthesize(40, seed=3)
+KV = replay_tiers(TRACE, CFG)
+WHOLE = replay_trace(TRACE, CFG, kv=KV)
+
+
+def assert_frames_close(a: pl.DataFrame, b: pl.DataFrame) -> None:
+    assert a.columns == b.columns and a.height == b.height
+    for c in a.columns:
+        x, y = a[c], b[c]
+        if x.dtype.is_float():
+            np.testing.assert_allclose(x.to_numpy(), y.to_numpy(), rtol=1e-9, atol=0)
+        else:
+            assert x.equals(y), c
+
+
+def assert_close(a, b, path="summary") -> None:
+    if isinstance(a, dict):
+        assert sorted(a) == sorted(b), path
+        for k in a:
+            assert_close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, float) and not isinstance(b, str):
+        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-300), (path, a, b)
+    else:
+        assert a == b, (path, a, b)
+
+
+def assert_results_close(got, want) -> None:
+    assert_frames_close(got.calls, want.calls)
+    assert_frames_close(got.stages, want.stages)
+    assert_frames_close(got.footprint, want.footprint)
+    assert_close(got.summary, want.summary)
+
+
+def session_starts(df: pl.DataFrame) -> list[int]:
+    sid = df["session_id"]
+    return [0, *np.flatnonzero((sid[1:] != sid[:-1]).to_numpy()) + 1]
+
+
+@settings(max_examples=25)
+@given(st.data(), st.booleans())
+def test_any_session_partition_merges_to_the_whole(data, with_kv):
+    starts = session_starts(TRACE.calls)
+    cuts = sorted(data.draw(st.sets(st.sampled_from(starts[1:]), max_size=8)))
+    bounds = [0, *cuts, TRACE.calls.height]
+    parts = []
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        kv = KV.per_call.slice(a, b - a) if with_kv else None
+        parts.append(replay_partition(TRACE.calls.slice(a, b - a), CFG, kv))
+    want = WHOLE if with_kv else replay_trace(TRACE, CFG)
+    assert_results_close(merge_partials(parts, CFG, KV.summary if with_kv else None), want)
+    slim = merge_partials([p.slim() for p in parts], CFG, KV.summary if with_kv else None)
+    assert slim.calls.columns == list(SLIM_COLUMNS)
+    assert_close(slim.summary, want.summary)
+
+
+@settings(max_examples=25)
+@given(st.integers(1, 2 * TRACE.calls.height))
+def test_any_chunk_size_gives_the_whole(rows):
+    cuts = session_cuts(TRACE.calls, rows)
+    assert sum(n for _, n in cuts) == TRACE.calls.height
+    assert all(a in session_starts(TRACE.calls) for a, _ in cuts)  # only between sessions
+    got = merge_partials(replay_chunks(TRACE.calls, CFG, KV.per_call, rows), CFG, KV.summary)
+    assert_results_close(got, WHOLE)
+
+
+def test_sessions_out_of_order_are_one_partition():
+    df = TRACE.calls.sort("t_start_s")
+    assert session_cuts(df, 10) == [(0, df.height)]
+
+
+def test_a_partition_with_the_wrong_kv_rows_is_refused():
+    with pytest.raises(Exception, match="expected 3 per-call rows"):
+        replay_partition(TRACE.calls.head(3), CFG, KV.per_call.head(4))
+
+
+def _run(args) -> None:
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+
+
+def _replay_dir(trace_path, out, *extra) -> dict:
+    _run(["replay", str(trace_path), "--hw", "gb200", "--gpus", "32", "-q", "-o", str(out), *extra])
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_cli_streams_any_chunk_size_and_is_byte_identical(tmp_path):
+    p = tmp_path / "t.parquet"
+    write_trace(TRACE, p)
+    want = _replay_dir(p, tmp_path / "a")
+    for rows in ("7", "100"):
+        got = _replay_dir(p, tmp_path / f"c{rows}", "--chunk-rows", rows)
+        assert_close(got, want)
+        assert_frames_close(
+            pl.read_parquet(tmp_path / f"c{rows}" / "calls.parquet"),
+            pl.read_parquet(tmp_path / "a" / "calls.parquet"),
+        )
+    assert_frames_close(pl.read_parquet(tmp_path / "a" / "calls.parquet"), WHOLE.calls)
+    _replay_dir(p, tmp_path / "c7b", "--chunk-rows", "7")
+    for f in ("calls.parquet", "stages.parquet", "footprint.parquet", "summary.json", "run.json"):
+        assert (tmp_path / "c7" / f).read_bytes() == (tmp_path / "c7b" / f).read_bytes(), f
+
+
+def test_cli_calls_modes(tmp_path):
+    p = tmp_path / "t.parquet"
+    write_trace(TRACE, p)
+    full = _replay_dir(p, tmp_path / "full")
+    summ = _replay_dir(p, tmp_path / "summary", "--calls", "summary")
+    none = _replay_dir(p, tmp_path / "none", "--calls", "none")
+    assert_close(summ, full) and assert_close(none, full)
+    assert not (tmp_path / "none" / "calls.parquet").exists()
+    run = json.loads((tmp_path / "none" / "run.json").read_text())
+    assert run["tables"] == ["footprint", "stages"]
+    run = json.loads((tmp_path / "summary" / "run.json").read_text())
+    assert run["tables"] == ["calls", "footprint", "stages"]
+    small = pl.read_parquet(tmp_path / "summary" / "calls.parquet")
+    big = pl.read_parquet(tmp_path / "full" / "calls.parquet")
+    assert set(small.columns) < set(big.columns)
+    assert {"ttft_s", "decode_latency_s", "kv_recompute_tokens", "session_id"} <= set(small.columns)
+    assert_frames_close(small, big.select(small.columns))
+
+
+def test_cli_rejects_bad_chunk_rows(tmp_path):
+    p = tmp_path / "t.parquet"
+    write_trace(TRACE, p)
+    res = CliRunner().invoke(cli, ["replay", str(p), "--hw", "gb200", "--chunk-rows", "0"])
+    assert res.exit_code == 2
+    assert "Error: --chunk-rows must be positive, got 0" in res.output
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+@pytest.mark.parametrize("rows", [37, 1000])
+def test_sample_streamed_equals_whole(sample_trace, rows):
+    tr = read_trace(sample_trace)
+    kv = replay_tiers(tr, CFG)
+    got = merge_partials(replay_chunks(tr.calls, CFG, kv.per_call, rows), CFG, kv.summary)
+    assert_results_close(got, replay_trace(tr, CFG, kv=kv))
+
+
+def test_weka_streamed_equals_whole(weka_parquet):
+    tr = read_trace(weka_parquet)
+    kv = replay_tiers(tr, CFG)
+    want = replay_trace(tr, CFG, kv=kv)
+    got = merge_partials(replay_chunks(tr.calls, CFG, kv.per_call, 5000), CFG, kv.summary)
+    assert len(session_cuts(tr.calls, 5000)) > 1
+    assert_results_close(got, want)
