@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import importlib
+import math
 import os
 import sys
 
@@ -44,6 +45,37 @@ class AgentxClickError(click.ClickException):
         self.exit_code = exit_code
 
 
+class FiniteFloat(click.types.FloatParamType):
+    """A float option that refuses NaN and ±inf: no agentx quantity is undefined or unbounded."""
+
+    def convert(self, value, param, ctx):
+        v = super().convert(value, param, ctx)
+        if not math.isfinite(v):
+            self.fail(f"expected a finite number, got {value!r}", param, ctx)
+        return v
+
+
+class Int64(click.types.IntParamType):
+    """An integer option that fits in 64 bits (numpy and Parquet hold nothing wider)."""
+
+    def convert(self, value, param, ctx):
+        v = super().convert(value, param, ctx)
+        if not -(1 << 63) <= v < (1 << 63):
+            self.fail(f"expected an integer that fits in 64 bits, got {value!r}", param, ctx)
+        return v
+
+
+def _guard_numbers(command: click.Command) -> click.Command:
+    # One place for every command, those added later included: plain float and int options
+    # get the finite / 64-bit checks (a command's own range checks follow).
+    for p in command.params:
+        if type(p.type) is click.types.FloatParamType:
+            p.type = FiniteFloat()
+        elif type(p.type) is click.types.IntParamType:
+            p.type = Int64()
+    return command
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [name for name, _ in COMMANDS]
@@ -51,7 +83,7 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         for name, module in COMMANDS:
             if name == cmd_name:
-                return importlib.import_module(module).command
+                return _guard_numbers(importlib.import_module(module).command)
         return None
 
     def resolve_command(self, ctx, args):

@@ -21,6 +21,8 @@ from agentx.cli._common import (
 )
 from agentx.dynamics.admission import POLICIES
 
+MAX_BATCH = 1 << 20
+
 
 @click.command(
     "simulate",
@@ -124,6 +126,10 @@ def command(
     for name, v in (("--gpus", gpus), ("--max-batch", max_batch), ("--chunk-tokens", chunk_tokens)):
         if v < 1:
             raise UsageError(f"{name} must be a positive integer, got {v}")
+    if max_batch > MAX_BATCH:  # the batch's per-slot arrays are allocated up front
+        raise UsageError(f"--max-batch must be at most {MAX_BATCH:,} sequences, got {max_batch:,}")
+    if tpot_target_s is not None and not tpot_target_s > 0:
+        raise UsageError(f"--tpot-target-s must be positive, got {tpot_target_s}")
     for name, v in (
         ("--sample-s", sample_s),
         ("--max-wait-s", max_wait_s),
