@@ -46,12 +46,16 @@ class AgentxClickError(click.ClickException):
 
 
 class FiniteFloat(click.types.FloatParamType):
-    """A float option that refuses NaN and ±inf: no agentx quantity is undefined or unbounded."""
+    """A float option that refuses NaN and ±inf (+inf allowed where it is the default: no limit)."""
+
+    def __init__(self, allow_inf: bool = False) -> None:
+        self.allow_inf = allow_inf
 
     def convert(self, value, param, ctx):
         v = super().convert(value, param, ctx)
-        if not math.isfinite(v):
-            self.fail(f"expected a finite number, got {value!r}", param, ctx)
+        if math.isnan(v) or (math.isinf(v) and not (self.allow_inf and v > 0)):
+            what = "a number or inf" if self.allow_inf else "a finite number"
+            self.fail(f"expected {what}, got {value!r}", param, ctx)
         return v
 
 
@@ -65,14 +69,26 @@ class Int64(click.types.IntParamType):
         return v
 
 
+class NonEmptyPath(click.Path):
+    """A path option or argument that refuses '' (click would read it as '.', the cwd)."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and value.strip() == "":
+            self.fail("expected a path, got an empty string", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 def _guard_numbers(command: click.Command) -> click.Command:
     # One place for every command, those added later included: plain float and int options
     # get the finite / 64-bit checks (a command's own range checks follow).
     for p in command.params:
         if type(p.type) is click.types.FloatParamType:
-            p.type = FiniteFloat()
+            unbounded = isinstance(p.default, float) and math.isinf(p.default)
+            p.type = FiniteFloat(allow_inf=unbounded)
         elif type(p.type) is click.types.IntParamType:
             p.type = Int64()
+        elif type(p.type) is click.Path:
+            p.type.__class__ = NonEmptyPath
     return command
 
 

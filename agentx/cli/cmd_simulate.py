@@ -128,8 +128,8 @@ def command(
             raise UsageError(f"{name} must be a positive integer, got {v}")
     if max_batch > MAX_BATCH:  # the batch's per-slot arrays are allocated up front
         raise UsageError(f"--max-batch must be at most {MAX_BATCH:,} sequences, got {max_batch:,}")
-    if tpot_target_s is not None and not tpot_target_s > 0:
-        raise UsageError(f"--tpot-target-s must be positive, got {tpot_target_s}")
+    if tpot_target_s < 0:
+        raise UsageError(f"--tpot-target-s must be ≥ 0 seconds (0 = off), got {tpot_target_s}")
     for name, v in (
         ("--sample-s", sample_s),
         ("--max-wait-s", max_wait_s),
