@@ -218,7 +218,7 @@ def test_every_duckdb_type_renders(tmp_path, name, fmt):
     r = invoke(args + (["-o", str(out)] if fmt == "parquet" else []))
     assert r.exit_code == 0, r.output
     if fmt == "json":
-        rows = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(c))
+        rows = json.loads(r.stdout, parse_constant=strict)
         assert list(rows[0]) == ["c"]
     if fmt == "parquet":
         assert pq.read_table(out).num_rows == 1
@@ -542,6 +542,10 @@ def test_scenario_with_wrong_types(tmp_path, body):
 # --- strict --json --------------------------------------------------------------------------
 
 
+def strict(constant: str):
+    pytest.fail(f"{constant} is not JSON")
+
+
 def test_json_is_strict_for_the_bundled_sweep_and_simulate(world, tmp_path):
     _, trace, _ = world
     for args in (
@@ -572,9 +576,9 @@ def test_json_is_strict_for_the_bundled_sweep_and_simulate(world, tmp_path):
     ):
         r = invoke(args)
         assert r.exit_code == 0, r.output
-        json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"{c} in {args[0]} --json"))
+        json.loads(r.stdout, parse_constant=strict)
     for f in (tmp_path / "sw" / "summary.json", tmp_path / "sim" / "summary.json"):
-        json.loads(f.read_text(), parse_constant=lambda c: pytest.fail(f"{c} in {f}"))
+        json.loads(f.read_text(), parse_constant=strict)
 
 
 def test_no_temporaries_survive_a_failed_write(world, tmp_path):
