@@ -89,6 +89,8 @@ def _guard_numbers(command: click.Command) -> click.Command:
             p.type = Int64()
         elif type(p.type) is click.Path:
             p.type.__class__ = NonEmptyPath
+    for sub in getattr(command, "commands", {}).values():  # groups such as `agentx hw`
+        _guard_numbers(sub)
     return command
 
 

@@ -147,6 +147,10 @@ def command(
         from agentx.errors import InputError
 
         raise InputError(trace, "the trace holds no calls; nothing to simulate")
+    from agentx.limits import check
+
+    span_s = min(horizon_s, float(tr.calls["t_start_s"].max()) + sample_s)
+    check("intervals", span_s / sample_s, f"--sample-s {sample_s:g} over {span_s:,.0f} s")
     cat = load_catalog(catalog_files)
     pol = AdmissionPolicy(policy, tpot_target_s=tpot_target_s)
     cfg = SimConfig(
