@@ -588,3 +588,58 @@ def test_no_temporaries_survive_a_failed_write(world, tmp_path):
     before = digest([out])
     assert_refused(["replay", trace, "--hw", "nope", "-o", out, "-q"], inputs=[trace], codes=(2,))
     assert digest([out]) == before and leftovers(tmp_path) == []
+
+
+# --- resource limits: stop early, name the limit and its knob --------------------------------
+
+
+def test_a_call_past_the_token_limit(world, tmp_path, monkeypatch):
+    _, trace, _ = world
+    biggest = pl.read_parquet(trace)["input_tokens"].max()
+    monkeypatch.setenv("AGENTX_MAX_CALL_TOKENS", str(biggest - 1))
+    for args in (
+        ["inspect", trace],
+        ["replay", trace, "--hw", "gb200", "-q"],
+        ["sql", "SELECT 1", trace],
+    ):
+        err = assert_refused(args, inputs=[trace], codes=(1,))
+        assert f"{biggest:,} tokens in one call is past the limit of {biggest - 1:,}" in err
+        assert "set AGENTX_MAX_CALL_TOKENS to raise it" in err
+    monkeypatch.setenv("AGENTX_MAX_CALL_TOKENS", "10**12")
+    assert_refused(
+        ["inspect", trace], codes=(1,), contains="AGENTX_MAX_CALL_TOKENS must be an integer"
+    )
+
+
+def test_a_trace_past_the_call_limit(world, tmp_path, monkeypatch):
+    _, trace, _ = world
+    monkeypatch.setenv("AGENTX_MAX_CALLS", "10")
+    assert_refused(
+        ["inspect", trace],
+        inputs=[trace],
+        codes=(1,),
+        contains="calls in one trace is past the limit of 10 (set AGENTX_MAX_CALLS",
+    )
+    out = tmp_path / "s.parquet"
+    assert_refused(
+        ["synth", "--calls", "11", "-o", out], output=out, codes=(1,), contains="AGENTX_MAX_CALLS"
+    )
+    monkeypatch.delenv("AGENTX_MAX_CALLS")
+    assert_refused(
+        ["synth", "--sessions", "9223372036854775807", "-o", out],
+        output=out,
+        codes=(1,),
+        contains="AGENTX_MAX_CALLS",
+    )
+
+
+def test_simulate_intervals_past_the_limit(world, tmp_path):
+    _, trace, _ = world
+    out = tmp_path / "sim"
+    err = assert_refused(
+        ["simulate", trace, "--hw", "gb200", "--sample-s", "1e-300", "-o", out, "-q"],
+        inputs=[trace],
+        output=out,
+        codes=(1,),
+    )
+    assert "time-series intervals is past the limit" in err and "AGENTX_MAX_INTERVALS" in err
