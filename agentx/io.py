@@ -375,7 +375,9 @@ def read_parquet_checked(path: PathLike) -> tuple[pl.DataFrame, dict[str, str]]:
     try:
         table = pq.ParquetFile(p).read()
     except pa.ArrowMemoryError:
-        raise InputError(p, "not enough memory to read it; free memory or use a smaller trace") from None
+        raise InputError(
+            p, "not enough memory to read it; free memory or use a smaller trace"
+        ) from None
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise InputError(p, f"not a readable Parquet file ({one_line(exc)})") from None
     meta = decode_metadata(table.schema.metadata)
