@@ -643,3 +643,33 @@ def test_simulate_intervals_past_the_limit(world, tmp_path):
         codes=(1,),
     )
     assert "time-series intervals is past the limit" in err and "AGENTX_MAX_INTERVALS" in err
+
+
+# --- the one JSON encoder -------------------------------------------------------------------
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from agentx.io import dumps_json  # noqa: E402
+
+nested = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
+    max_leaves=20,
+)
+
+
+@given(nested)
+def test_dumps_json_is_strict_and_keeps_every_finite_value(obj):
+    back = json.loads(dumps_json(obj), parse_constant=strict)
+
+    def same(a, b):
+        if isinstance(a, float) and a != a or a in (float("inf"), float("-inf")):
+            return b is None
+        if isinstance(a, dict):
+            return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        if isinstance(a, list):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+        return a == b
+
+    assert same(obj, back)
