@@ -112,6 +112,25 @@ def _kill_after(args, cwd, delay_s: float) -> None:
         p.wait()
 
 
+def _kill_when_writing(args, cwd: Path) -> bool:
+    """SIGKILL the command the moment its temporary output appears (mid-write); True if it did."""
+    p = subprocess.Popen(
+        [*AGENTX, *args], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        while p.poll() is None:
+            if any(e.name.endswith(f"{TMP_TAG}{p.pid}") for e in os.scandir(cwd)):
+                p.send_signal(signal.SIGKILL)
+                p.wait()
+                return True
+            time.sleep(0.0005)
+        return False
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 # Fractions of one full run's duration: most land in start-up and compute, the last ones in
 # the write; the invariant must hold wherever the kill lands.
 KILL_POINTS = (0.5, 0.8, 0.9, 0.95, 0.99)
@@ -139,6 +158,8 @@ def test_kill_9_during_replay_leaves_the_old_or_the_new_run(tmp_path):
         _kill_after(replay(16, "D"), tmp_path, frac * full_s)
         state = _tree(d) if d.exists() else None
         assert state in (complete["old"], complete["new"]), f"kill at {frac:.2f}: a mixed run"
+    _kill_when_writing(replay(16, "D"), tmp_path)  # mid-write, whatever the machine's speed
+    assert _tree(d) in (complete["old"], complete["new"]), "kill while writing: a mixed run"
     # the next run finds and removes what every killed one left beside D
     _timed_run(replay(16, "D"), tmp_path)
     assert leftovers(tmp_path) == [] and _tree(d) == complete["new"]
@@ -156,6 +177,9 @@ def test_kill_9_during_import_leaves_the_old_or_the_new_trace(tmp_path):
         out.write_bytes(old_bytes)
         _kill_after(new, tmp_path, frac * full_s)
         assert out.read_bytes() in (old_bytes, new_bytes), f"kill at {frac:.2f}: a partial trace"
+    out.write_bytes(old_bytes)
+    _kill_when_writing(new, tmp_path)
+    assert out.read_bytes() in (old_bytes, new_bytes), "kill while writing: a partial trace"
     _timed_run(new, tmp_path)
     assert leftovers(tmp_path) == [] and out.read_bytes() == new_bytes
 
