@@ -335,3 +335,26 @@ def test_hostile_catalog_entries(world, tmp_path_factory, data):
         )
     )
     assert_ok_or_refused([*cmd, "--catalog", cat], inputs=[cat, trace])
+
+
+# --- sweep scenarios ------------------------------------------------------------------------------
+
+scenario_value = st.sampled_from(
+    ['["gb200"]', '["gb200", "h200"]', "[]", "1", '"gb200"', "[1]", '["nope"]', "[8]", "[0]",
+     "[-8]", "[8.5]", '["8"]', "[1e400]", '"kimi-k2"', "3", "nan", "inf", "{}", "true", '"fp8"', '"fp3"']
+)  # fmt: skip
+SCENARIO_KEYS = ["systems", "gpus", "model", "weight_precision", "kv_precision"]
+
+
+@FUZZ
+@given(data=st.data())
+def test_hostile_scenarios(tmp_path_factory, data):
+    tmp = tmp_path_factory.mktemp("sc")
+    keys = data.draw(st.lists(st.sampled_from(SCENARIO_KEYS), min_size=1, max_size=5, unique=True))
+    body = "[scenario]\n" + "".join(f"{k} = {data.draw(scenario_value)}\n" for k in keys)
+    if data.draw(st.booleans()):
+        body += f"[checks]\nhbm_limit_bytes = {data.draw(scenario_value)}\n"
+    sc = tmp / "sc.toml"
+    sc.write_text(body)
+    out = tmp / "sw"
+    assert_ok_or_refused(["sweep", sc, "-o", out, "-q", "--json"], inputs=[sc], output=out)
