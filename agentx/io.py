@@ -52,6 +52,13 @@ def _resolve(p: PathLike) -> Path:
         raise OutputError(f"cannot resolve path '{one_line(p)}' ({_why(exc)})") from None
 
 
+def _resolve_input(p: PathLike) -> Path:
+    try:
+        return Path(p).resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        raise InputError(p, f"cannot resolve the path ({_why(exc)})") from None
+
+
 def _why(exc: BaseException) -> str:
     return one_line(getattr(exc, "strerror", None) or exc or type(exc).__name__)
 
@@ -70,7 +77,7 @@ def check_output(
         raise OutputError("-o is empty; give a path to write")
     out = _resolve(output)
     shown = one_line(output)
-    given = [(one_line(i), _resolve(i)) for i in inputs if i is not None and str(i) != ""]
+    given = [(one_line(i), _resolve_input(i)) for i in inputs if i is not None and str(i) != ""]
     for what, p in given:  # the plainest mistake first, whatever the order of the inputs
         if out == p or _same_file(out, p):
             raise OutputError(f"output path '{shown}' is the input '{what}'; choose another -o")
@@ -367,6 +374,10 @@ def read_parquet_checked(path: PathLike) -> tuple[pl.DataFrame, dict[str, str]]:
     p = regular_file(path, "Parquet file")
     try:
         table = pq.ParquetFile(p).read()
+    except pa.ArrowMemoryError:
+        raise InputError(
+            p, "not enough memory to read it; free memory or use a smaller trace"
+        ) from None
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise InputError(p, f"not a readable Parquet file ({one_line(exc)})") from None
     meta = decode_metadata(table.schema.metadata)

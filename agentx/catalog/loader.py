@@ -176,7 +176,9 @@ def _build(kind: str, name: str, label: str, entry: dict, chips: dict[str, ChipS
             values[fname] = None
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise CatalogError(f"{where}: missing key '{fname}'")
-    for key in _POSITIVE[kind]:
+    # every rate is a divisor somewhere (a time is bytes / rate): none may be zero
+    rates = [k for k in fields if k.endswith("_per_s") and values.get(k) is not None]
+    for key in (*_POSITIVE[kind], *rates):
         if not values[key] > 0:
             raise CatalogError(f"{where}: key '{key}': expected a number > 0, got {values[key]!r}")
     if kind == "models":
@@ -247,8 +249,10 @@ def _check(where: str, kind: str, key: str, value, hint, chips: dict[str, ChipSp
     if want in (int, float):
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise CatalogError(f"{at}: expected a number, got {value!r}")
-        if value < 0 or value != value:
-            raise CatalogError(f"{at}: expected a number >= 0, got {value!r}")
+        if not 0 <= value < float("inf"):  # NaN and inf too: nothing in a catalog is unbounded
+            raise CatalogError(f"{at}: expected a finite number >= 0, got {value!r}")
+        if value > 0 and (key.endswith("_per_s") or key.endswith("_bytes")) and value < 1:
+            raise CatalogError(f"{at}: expected a rate or size of at least 1, got {value!r}")
         if want is int:
             if value != int(value):
                 raise CatalogError(f"{at}: expected a whole number, got {value!r}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import importlib
+import math
 import os
 import sys
 
@@ -49,6 +50,55 @@ class AgentxClickError(click.ClickException):
         self.exit_code = exit_code
 
 
+class FiniteFloat(click.types.FloatParamType):
+    """A float option that refuses NaN and ±inf (+inf allowed where it is the default: no limit)."""
+
+    def __init__(self, allow_inf: bool = False) -> None:
+        self.allow_inf = allow_inf
+
+    def convert(self, value, param, ctx):
+        v = super().convert(value, param, ctx)
+        if math.isnan(v) or (math.isinf(v) and not (self.allow_inf and v > 0)):
+            what = "a number or inf" if self.allow_inf else "a finite number"
+            self.fail(f"expected {what}, got {value!r}", param, ctx)
+        return v
+
+
+class Int64(click.types.IntParamType):
+    """An integer option that fits in 64 bits (numpy and Parquet hold nothing wider)."""
+
+    def convert(self, value, param, ctx):
+        v = super().convert(value, param, ctx)
+        if not -(1 << 63) <= v < (1 << 63):
+            self.fail(f"expected an integer that fits in 64 bits, got {value!r}", param, ctx)
+        return v
+
+
+class NonEmptyPath(click.Path):
+    """A path option or argument that refuses '' (click would read it as '.', the cwd)."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and value.strip() == "":
+            self.fail("expected a path, got an empty string", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def _guard_numbers(command: click.Command) -> click.Command:
+    # One place for every command, those added later included: plain float and int options
+    # get the finite / 64-bit checks (a command's own range checks follow).
+    for p in command.params:
+        if type(p.type) is click.types.FloatParamType:
+            unbounded = isinstance(p.default, float) and math.isinf(p.default)
+            p.type = FiniteFloat(allow_inf=unbounded)
+        elif type(p.type) is click.types.IntParamType:
+            p.type = Int64()
+        elif type(p.type) is click.Path:
+            p.type.__class__ = NonEmptyPath
+    for sub in getattr(command, "commands", {}).values():  # groups such as `agentx hw`
+        _guard_numbers(sub)
+    return command
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [name for name, _ in COMMANDS]
@@ -56,7 +106,7 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         for name, module in COMMANDS:
             if name == cmd_name:
-                return importlib.import_module(module).command
+                return _guard_numbers(importlib.import_module(module).command)
         return None
 
     def resolve_command(self, ctx, args):

@@ -51,6 +51,8 @@ def command(fmt, source, output, session_rate_per_s, seed, as_json, quiet) -> No
             options["session_rate_per_s"] = session_rate_per_s
         if seed is not None:
             options["seed"] = seed
+        if seed is not None and seed < 0:
+            raise UsageError(f"--seed must be a non-negative integer, got {seed}")
     elif session_rate_per_s is not None or seed is not None:
         raise UsageError(f"--session-rate and --seed apply to the weka format only, not '{fmt}'")
     trace = import_trace(fmt, source if len(source) > 1 else source[0], output, **options)

@@ -95,6 +95,12 @@ def command(
     from agentx.replay import footprint as fp
     from agentx.replay import plan
 
+    for name, v in (("--pp", pp), ("--gpus-per-stage", gpus_per_stage)):
+        if v is not None and v < 1:
+            raise UsageError(f"{name} must be a positive integer, got {v}")
+    if headroom is not None and not 0 <= headroom < 1:
+        raise UsageError(f"--headroom must be a fraction in [0, 1), got {headroom}")
+
     cat = load_catalog(catalog_files) if (model_name or hw_name) else None
     model = cat.model(model_name) if model_name else None
     if hw_name:

@@ -26,6 +26,8 @@ from agentx.dynamics.admission import POLICIES
 from agentx.fmt import num
 from agentx.units import GB
 
+MAX_BATCH = 1 << 20
+
 
 @click.command(
     "simulate",
@@ -133,6 +135,10 @@ def command(
     for name, v in (("--gpus", gpus), ("--max-batch", max_batch), ("--chunk-tokens", chunk_tokens)):
         if v is not None and v < 1:
             raise UsageError(f"{name} must be a positive integer, got {v}")
+    if max_batch > MAX_BATCH:  # the batch's per-slot arrays are allocated up front
+        raise UsageError(f"--max-batch must be at most {MAX_BATCH:,} sequences, got {max_batch:,}")
+    if tpot_target_s < 0:
+        raise UsageError(f"--tpot-target-s must be ≥ 0 seconds (0 = off), got {tpot_target_s}")
     for name, v in (
         ("--sample-s", sample_s),
         ("--max-wait-s", max_wait_s),
@@ -150,6 +156,10 @@ def command(
         from agentx.errors import InputError
 
         raise InputError(trace, "the trace holds no calls; nothing to simulate")
+    from agentx.limits import check
+
+    span_s = min(horizon_s, float(tr.calls["t_start_s"].max()) + sample_s)
+    check("intervals", span_s / sample_s, f"--sample-s {sample_s:g} over {span_s:,.0f} s")
     cat = load_catalog(catalog_files)
     if gpus is None:  # the same default deployment as replay (agentx.replay.config)
         from agentx.replay.config import make_config

@@ -149,6 +149,10 @@ def command(
             f"--rate-per-s must be a positive number of sessions per second, got {rate_per_s}"
         )
     check_output(output, [like])
+    from agentx.limits import check
+
+    check("calls", calls or 0, "--calls")
+    check("calls", (sessions or 0) * 100, "--sessions (counted as 100 calls each)")
     started = time.perf_counter()
     params = SynthParams()
     real = None

@@ -173,6 +173,7 @@ def load_scenario(name_or_path: str) -> tuple[dict, str]:
     Returns the ``[scenario]`` table (plus ``[checks]``) and where it came from.
     """
     import importlib.resources
+    import math
     import tomllib
     from pathlib import Path
 
@@ -205,6 +206,18 @@ def load_scenario(name_or_path: str) -> tuple[dict, str]:
                 label,
                 f"expected {'a non-empty list' if kind is list else 'a name'}",
                 field=f"scenario.{key}",
+            )
+    if not all(isinstance(s, str) and s for s in sc["systems"]):
+        raise InputError(
+            label, f"expected system names, got {sc['systems']!r:.60}", field="scenario.systems"
+        )
+    checks = doc.get("checks", {})
+    if not isinstance(checks, dict):
+        raise InputError(label, "expected a [checks] table", field="checks")
+    for key, v in checks.items():
+        if type(v) not in (int, float) or not math.isfinite(v) or v <= 0:
+            raise InputError(
+                label, f"expected a positive number, got {v!r:.40}", field=f"checks.{key}"
             )
     if not all(isinstance(g, int) and g > 0 for g in sc["gpus"]):
         raise InputError(

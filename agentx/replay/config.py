@@ -115,7 +115,7 @@ def make_config(
     _positive(
         gpus=gpus, pp=pp, decode_batch=decode_batch, prefill_chunk_tokens=prefill_chunk_tokens
     )
-    if routing_skew < 0:
+    if not routing_skew >= 0:  # NaN too
         raise UsageError(f"--routing-skew must be ≥ 0, got {routing_skew}")
     if gpus % pp:
         raise UsageError(f"--pp {pp} does not divide --gpus {gpus}")

@@ -177,6 +177,9 @@ def validate(df: pl.DataFrame, path: object = "<trace>") -> None:
             raise InputError(path, f"expected type {col.dtype}, got {got}", field=col.name)
     if df.height == 0:
         return
+    from agentx.limits import check
+
+    check("calls", df.height, str(path))
     # a column of null type (every value absent) is checked as the type it stands for
     df = df.with_columns(
         pl.col(c.name).cast(c.dtype) for c in COLUMNS if isinstance(df.schema[c.name], pl.Null)
@@ -187,6 +190,9 @@ def validate(df: pl.DataFrame, path: object = "<trace>") -> None:
             if bad.any():
                 i = int(bad.arg_max())
                 raise InputError(path, "expected a value, got null", row=i, field=col.name)
+    big = df["input_tokens"].max()
+    if big is not None and big > 0:
+        check("call_tokens", big, f"{path}: row {int(df['input_tokens'].arg_max())}")
     checks: list[tuple[str, pl.Expr, str]] = [
         *[(c, pl.col(c) < 0, "expected a non-negative token count") for c in COUNT_COLUMNS],
         ("t_start_s", ~pl.col("t_start_s").is_finite(), "expected a finite time in seconds"),

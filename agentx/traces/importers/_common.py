@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 
 from agentx.errors import InputError
+from agentx.io import regular_file
 from agentx.traces import schema as S
 from agentx.traces.io import Trace
 
@@ -28,6 +29,7 @@ COMPACTION_DROP_RATIO = 0.6
 
 def read_bytes(path: Path) -> bytes:
     """The file's bytes, gunzipped when it is gzip (by magic number, not by name)."""
+    regular_file(path, "trace file")  # a FIFO would block forever
     try:
         raw = path.read_bytes()
     except OSError as exc:

@@ -15,6 +15,7 @@ from agentx.traces.importers._common import finish, read_bytes
 from agentx.traces.io import Trace, trace_metadata
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+MIN_YEAR, MAX_YEAR = 1970, 2200
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S%.f"
 
 
@@ -51,7 +52,7 @@ def load_azure(source: Path | str) -> Trace:
     parsed = raw.select(
         pl.col("TIMESTAMP")
         .str.strip_chars()
-        .str.to_datetime(TIME_FORMAT, time_unit="ns", strict=False),
+        .str.to_datetime(TIME_FORMAT, time_unit="us", strict=False),
         *[pl.col(c).str.strip_chars().cast(pl.Int64, strict=False) for c in COLUMNS[1:]],
     )
     _first_bad(
@@ -71,6 +72,15 @@ def load_azure(source: Path | str) -> Trace:
             "a non-negative integer token count",
         )
     ts = parsed["TIMESTAMP"]
+    # The 2023 trace's clock; a year such as 1000 or 9999 is damage, not a trace (and past
+    # 2262 nanoseconds since 1970 no longer fit in 64 bits).
+    _first_bad(
+        path,
+        (ts.dt.year() < MIN_YEAR) | (ts.dt.year() > MAX_YEAR),
+        raw["TIMESTAMP"],
+        "TIMESTAMP",
+        f"a time between the years {MIN_YEAR} and {MAX_YEAR}",
+    )
     n = raw.height
     df = pl.DataFrame(
         {

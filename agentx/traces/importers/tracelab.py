@@ -8,7 +8,7 @@ the previous step's last event to this step's first (tool run time or human time
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
@@ -22,7 +22,9 @@ _TRIGGERS = {"user_message": "user", "tool_result": "tool_result"}
 
 def _time(value: object, path: Path, where: str, field: str) -> float:
     try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+        t = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        # a time without an offset is UTC, never the machine's TZ: same file, same trace
+        return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
     except (ValueError, OverflowError, OSError):
         raise InputError(
             path, f"expected an ISO-8601 time, got {value!r:.40}", where=where, field=field

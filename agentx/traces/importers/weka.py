@@ -40,6 +40,10 @@ def session_files(source: Path) -> list[Path]:
         raise InputError(source, "no Weka session files (*.json or *.json.gz) in this folder")
     seen: set[str] = set()
     for p in files:
+        try:
+            p.name.encode("utf-8")
+        except UnicodeEncodeError:  # the name becomes the session id, which must be text
+            raise InputError(p, "file name is not valid UTF-8; rename the file") from None
         if (name := session_name(p)) in seen:
             raise InputError(
                 source, f"two files hold session '{name}' ({name}.json and {name}.json.gz)"

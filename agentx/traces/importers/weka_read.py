@@ -9,6 +9,7 @@ is checked to hold only digits, commas and blanks, and anything unusual falls ba
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 
@@ -21,6 +22,7 @@ BLOCK_SIZE_TOKENS = 64
 PARTIAL_BLOCK_ID_BASE = 1 << 63  # source ids must stay below; partial-block ids start here
 _ID_CHARS = b"0123456789, \n\t\r"
 _MARK = "@@agentx-hash-"
+_LEADING_ZERO = re.compile(rb"(?:^|[,\s])0[0-9]")
 
 
 class Session:
@@ -93,7 +95,7 @@ class Session:
                     field="hash_ids",
                 )
             types = r.get("input_types") or []
-            if not isinstance(types, list):
+            if not isinstance(types, list) or not all(isinstance(x, str) for x in types):
                 raise InputError(
                     self.path,
                     f"expected a list of strings, got {types!r:.40}",
@@ -152,7 +154,8 @@ class Session:
     def _ids(self, h: object, parts: list[bytes] | None, where: str) -> int:
         if isinstance(h, str) and parts is not None and h.startswith(_MARK):
             body = parts[int(h[len(_MARK) :])]
-            if not body.translate(None, _ID_CHARS):
+            # digits and commas only, and no number with a leading zero (not JSON: '007')
+            if not body.translate(None, _ID_CHARS) and not _LEADING_ZERO.search(body):
                 self.parts.append(body)
                 self.where.append(where)
                 return body.count(b",") + 1 if body.strip() else 0
