@@ -116,6 +116,20 @@ def test_sql_json_is_format_json(sample_trace):
     assert c.exit_code == 2 and "Error: give --json or --format csv, not both" in c.output
 
 
+@pytest.mark.parametrize("hw", ["gb200", "b300"])
+def test_gpu_counts_default_alike_plan_kv_curve(sample_trace, hw):
+    """plan --hw and kv-curve take the one default of replay (agentx.replay.config.default_gpus)."""
+    from agentx.catalog import load_catalog
+    from agentx.replay.config import default_gpus
+
+    want = default_gpus(load_catalog().system(hw))
+    assert want == {"gb200": 32, "b300": 8}[hw]
+    p = CliRunner().invoke(cli, ["plan", "--hw", hw, "--model", "kimi-k2", "--json"])
+    assert json.loads(p.stdout)["config"].startswith(f"{want} × {hw}")
+    k = CliRunner().invoke(cli, ["kv-curve", str(sample_trace), "--hw", hw, "--json", "-q"])
+    assert json.loads(k.stdout)["gpus"] == want
+
+
 def test_gpu_counts_default_alike(sample_trace, tmp_path):
     """replay and simulate run the same deployment when --gpus is not given."""
     r = CliRunner().invoke(cli, ["replay", str(sample_trace), "--hw", "gb200", "--no-kv-tiers",

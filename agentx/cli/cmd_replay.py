@@ -11,6 +11,7 @@ from agentx.cli._common import (
     apply_over_context,
     catalog_option,
     emit_json,
+    gpus_option,
     hw_option,
     json_option,
     load_scale_option,
@@ -36,9 +37,7 @@ from agentx.units import GB
 @trace_argument
 @hw_option
 @model_option()
-@click.option(
-    "--gpus", type=int, help="GPUs serving one model instance (default: one node; 32 on NVL72)."
-)
+@gpus_option()
 @click.option(
     "--tp", type=int, help="Tensor-parallel ranks of attention (default 8, or 1 with DP attention)."
 )

@@ -44,7 +44,7 @@ DEFAULT_SESSIONS = 100
 @click.option(
     "--context-limit-tokens",
     type=int,
-    help="Compact when the context would pass this [default 1,000,000, SEED-6].",
+    help="Compact when the context would pass this many tokens [default 1,000,000, SEED-6].",
 )
 @click.option(
     "--like",
@@ -55,13 +55,13 @@ DEFAULT_SESSIONS = 100
     "--isl",
     "isl_tokens",
     type=int,
-    help="Benchmark shape: nominal input length; each request draws uniformly in [0.8·ISL, ISL].",
+    help="Benchmark shape: nominal input length in tokens; each request draws uniformly in [0.8·ISL, ISL].",
 )
 @click.option(
     "--osl",
     "osl_tokens",
     type=int,
-    help="Benchmark shape: nominal output length, drawn uniformly in [0.8·OSL, OSL].",
+    help="Benchmark shape: nominal output length in tokens, drawn uniformly in [0.8·OSL, OSL].",
 )
 @click.option(
     "--concurrency",
