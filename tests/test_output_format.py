@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -41,9 +42,28 @@ def test_the_check_can_fail():
     assert noncanonical("calls 77,447, 1.229e+14 B, 0.004731, fp8, 16 × gb200 (tp 4)") == []
 
 
+POINTS = (
+    "hardware,model,precision,framework,parallelism,isl_tokens,osl_tokens,concurrency,"
+    "output_tok_s_per_gpu,output_tok_s_per_user,ttft_ms,tpot_ms,spec_decoding,disagg\n"
+    "h200,deepseek-ai/DeepSeek-R1-0528,fp8,sglang,tp8 ep1,8192,1024,4,43.12,91.09,311.5,10.98,none,false\n"
+    "h200,deepseek-ai/DeepSeek-R1-0528,fp8,sglang,tp8 ep1,1024,1024,16,143.12,71.09,211.5,13.98,none,false\n"
+)
+TRACELAB = Path(__file__).resolve().parents[2] / "shared" / "traces" / "tracelab-example"
+
+
 def _commands(trace, tmp):
     t = str(trace)
-    return {
+    points = tmp / "points.csv"
+    points.write_text(POINTS)
+    more = {}
+    if (TRACELAB / "round_trace.jsonl").exists():  # the real shared trace (skipped without it)
+        more["import"] = ["import", "tracelab", str(TRACELAB / "round_trace.jsonl"),
+                          "-o", str(tmp / "tl.parquet"), "-q"]  # fmt: skip
+    return more | {
+        "synth": ["synth", "-o", str(tmp / "s.parquet"), "--sessions", "3"],
+        "validate": ["validate", str(points)],
+        "calibrate": ["calibrate", str(points), "--no-cv", "-o", str(tmp / "overlay.toml")],
+        "report": ["report", t, "-o", str(tmp / "r.html"), "-q"],
         "inspect": ["inspect", t],
         "hw list": ["hw", "list"],
         "hw show": ["hw", "show", "gb200"],

@@ -12,6 +12,7 @@ import polars as pl
 
 from agentx.cli._common import emit_json, json_option, output_file_option, print_table
 from agentx.errors import UsageError
+from agentx.fmt import num
 
 DEFAULT_SESSIONS = 100
 
@@ -132,7 +133,7 @@ def command(
         else:
             print_table(
                 pl.DataFrame(
-                    {"quantity": list(summary), "value": [str(v) for v in summary.values()]}
+                    {"quantity": list(summary), "value": [num(v) for v in summary.values()]}
                 )
             )
         return
@@ -183,7 +184,7 @@ def command(
         emit_json(obj)
         return
     print_table(
-        pl.DataFrame({"quantity": list(summary), "value": [str(v) for v in summary.values()]})
+        pl.DataFrame({"quantity": list(summary), "value": [num(v) for v in summary.values()]})
     )
     if fit is not None:
         click.echo(f"\nFit to {like} (real vs synthetic):")
