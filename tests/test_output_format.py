@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -41,9 +42,28 @@ def test_the_check_can_fail():
     assert noncanonical("calls 77,447, 1.229e+14 B, 0.004731, fp8, 16 × gb200 (tp 4)") == []
 
 
+POINTS = (
+    "hardware,model,precision,framework,parallelism,isl_tokens,osl_tokens,concurrency,"
+    "output_tok_s_per_gpu,output_tok_s_per_user,ttft_ms,tpot_ms,spec_decoding,disagg\n"
+    "h200,deepseek-ai/DeepSeek-R1-0528,fp8,sglang,tp8 ep1,8192,1024,4,43.12,91.09,311.5,10.98,none,false\n"
+    "h200,deepseek-ai/DeepSeek-R1-0528,fp8,sglang,tp8 ep1,1024,1024,16,143.12,71.09,211.5,13.98,none,false\n"
+)
+TRACELAB = Path(__file__).resolve().parents[2] / "shared" / "traces" / "tracelab-example"
+
+
 def _commands(trace, tmp):
     t = str(trace)
-    return {
+    points = tmp / "points.csv"
+    points.write_text(POINTS)
+    more = {}
+    if (TRACELAB / "round_trace.jsonl").exists():  # the real shared trace (skipped without it)
+        more["import"] = ["import", "tracelab", str(TRACELAB / "round_trace.jsonl"),
+                          "-o", str(tmp / "tl.parquet"), "-q"]  # fmt: skip
+    return more | {
+        "synth": ["synth", "-o", str(tmp / "s.parquet"), "--sessions", "3"],
+        "validate": ["validate", str(points)],
+        "calibrate": ["calibrate", str(points), "--no-cv", "-o", str(tmp / "overlay.toml")],
+        "report": ["report", t, "-o", str(tmp / "r.html"), "-q"],
         "inspect": ["inspect", t],
         "hw list": ["hw", "list"],
         "hw show": ["hw", "show", "gb200"],
@@ -114,6 +134,20 @@ def test_sql_json_is_format_json(sample_trace):
     assert json.loads(a.stdout) == [{"calls": 445}]
     c = CliRunner().invoke(cli, [*q, "--json", "--format", "csv"])
     assert c.exit_code == 2 and "Error: give --json or --format csv, not both" in c.output
+
+
+@pytest.mark.parametrize("hw", ["gb200", "b300"])
+def test_gpu_counts_default_alike_plan_kv_curve(sample_trace, hw):
+    """plan --hw and kv-curve take the one default of replay (agentx.replay.config.default_gpus)."""
+    from agentx.catalog import load_catalog
+    from agentx.replay.config import default_gpus
+
+    want = default_gpus(load_catalog().system(hw))
+    assert want == {"gb200": 32, "b300": 8}[hw]
+    p = CliRunner().invoke(cli, ["plan", "--hw", hw, "--model", "kimi-k2", "--json"])
+    assert json.loads(p.stdout)["config"].startswith(f"{want} × {hw}")
+    k = CliRunner().invoke(cli, ["kv-curve", str(sample_trace), "--hw", hw, "--json", "-q"])
+    assert json.loads(k.stdout)["gpus"] == want
 
 
 def test_gpu_counts_default_alike(sample_trace, tmp_path):

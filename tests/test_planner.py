@@ -41,7 +41,11 @@ def test_gb200_vs_b300_same_slo_per_gpu_and_load_doubling(sample_trace):
         # per GPU: every system serves the same offered output tokens/s, spread over its GPUs
         assert r["output_tok_s_per_gpu"] * r["gpus"] == pytest.approx(demand, rel=1e-9)
         assert r["gpus"] % r["gpus_per_instance"] == 0
-        assert r["tpot_ms"] <= 50 and r["ttft_p99_ms"] <= 3000
+        assert r["tpot_ms"] <= r["tpot_p99_ms"] <= 50 and r["ttft_p99_ms"] <= 3000
+        assert r["layout"].startswith(r["serving"]) and r["serving"] in (
+            "aggregated",
+            "disaggregated",
+        )
         assert r["usd_per_m_output_tokens"] == pytest.approx(
             r["usd_per_gpu_hour"] * r["gpu_hours"] / (demand * r["gpu_hours"] / r["gpus"] * 3.6e-3)
         )
@@ -213,3 +217,44 @@ def test_any_trace_is_served_per_gpu_within_what_it_claims(tr, k):
     ok = tried.filter(pl.col("meets_slo"))
     if ok.height:
         assert r["gpus"] == ok["gpus"].min()
+
+
+def test_searches_aggregated_and_disaggregated(sample_trace, tmp_path):
+    """Both servings are priced for every layout; the answer is the fewest GPUs of either
+    (ties: least energy), and the p99 TPOT is a p99 (never below the mean)."""
+    out = tmp_path / "cmp"
+    res = CliRunner().invoke(
+        cli, ["compare", str(sample_trace), "--hw", "gb200,b300", "--slo", SLO,
+              "--load-scale", "2000", "-q", "-o", str(out), "--json"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    best = {r["hw"]: r for r in json.loads(res.stdout)}
+    conf = pl.read_parquet(out / "configurations.parquet")
+    assert set(conf["serving"]) == {"aggregated", "disaggregated"}
+    assert (conf["tpot_p99_ms"] >= conf["tpot_ms"] - 1e-9).all()
+    dis = conf.filter(pl.col("serving") == "disaggregated")
+    assert (
+        dis["layout"].str.contains(r"^disaggregated, prefill \d+ instances? of .* \+ decode ").all()
+    )
+    for hw, r in best.items():
+        ok = conf.filter((pl.col("hw") == hw) & pl.col("meets_slo"))
+        assert r["gpus"] == ok["gpus"].min()
+        tied = ok.filter(pl.col("gpus") == r["gpus"])
+        assert r["j_per_output_token"] == pytest.approx(tied["j_per_output_token"].min())
+
+
+def test_p99_tpot_grows_with_the_spread_of_contexts(b300):
+    """A trace whose calls all have one context has p99 = mean; a spread raises the p99."""
+    from agentx.planner.serving import TraceShape, operating_points
+
+    flat = TraceShape(2000.0, 30000.0, 300.0, 32000.0, 2000.0, 32000.0)
+    wide = TraceShape(2000.0, 30000.0, 300.0, 32000.0, 2000.0, 120000.0)
+    b = [1, 16, 64]
+    f, w = operating_points(b300, flat, b), operating_points(b300, wide, b)
+    assert f["tpot_p99_s"] == pytest.approx(f["tpot_s"])
+    assert (w["tpot_p99_s"] > w["tpot_s"]).all()
+    # the batch mean's tail narrows as 1/√B, exact at B = 1 (one call's own p99 context)
+    from agentx.planner.serving import batch_context_p99_tokens
+
+    ctx = batch_context_p99_tokens(wide, [1, 4, 64])
+    assert ctx.tolist() == pytest.approx([120000.0, 32000 + 88000 / 2, 32000 + 88000 / 8])

@@ -136,6 +136,21 @@ hw_option = click.option(
     "--hw", required=True, help="System name (agentx hw list), e.g. gb200, h200, b200, b300."
 )
 
+# The default GPU count, said once (agentx.replay.config.default_gpus computes it).
+DEFAULT_GPUS_HELP = "32 where the scale-up domain spans nodes (NVL72), else one node"
+
+
+def gpus_option(what: str = "GPUs serving one model instance"):
+    """``--gpus N`` with the one default every single-system command shares."""
+    return click.option("--gpus", type=int, help=f"{what} (default: {DEFAULT_GPUS_HELP}).")
+
+
+def resolve_gpus(catalog, hw: str, gpus: int | None) -> int:
+    """``gpus``, or the shared default for system ``hw``."""
+    from agentx.replay.config import default_gpus
+
+    return default_gpus(catalog.system(hw)) if gpus is None else gpus
+
 
 # Trace transforms shared by replay, simulate and compare (agentx.traces.transform).
 load_scale_option = click.option(

@@ -79,17 +79,23 @@ def command(points, systems, no_cv, output, catalog_files, as_json) -> None:
     if as_json:
         emit_json({"params": params, "points": rows, "output": str(output)})
         return
-    click.echo(f"{'row':>4}  {'metric':<22} {'measured':>10} {'before':>7} {'after':>7} {'CV':>7}")
-    for r in rows:
-        cvs = f"{r['cross_validated']:.2f}" if r["cross_validated"] is not None else "-"
-        click.echo(
-            f"{r['row']:>4}  {r['metric']:<22} {r['measured']:>10.2f} {r['before']:>7.2f} "
-            f"{r['after']:>7.2f} {cvs:>7}"
+    from agentx.fmt import num, table
+
+    click.echo(
+        table(
+            ("row", "metric", "measured", "before", "after", "CV"),
+            [
+                (r["row"], r["metric"], r["measured"], r["before"], r["after"],
+                 r["cross_validated"])
+                for r in rows
+            ],
+            (True, False, True, True, True, True),
         )
+    )  # fmt: skip
     for hw, vals in params.items():
         click.echo(
             f"{hw}: "
-            + ", ".join(f"{k.removeprefix('calibrated_')} {v:.3g}" for k, v in vals.items())
+            + ", ".join(f"{k.removeprefix('calibrated_')} {num(v)}" for k, v in vals.items())
         )
     for label, key in (
         ("before", "before"),

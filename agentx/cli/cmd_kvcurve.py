@@ -10,6 +10,7 @@ import polars as pl
 from agentx.cli._common import (
     catalog_option,
     emit_json,
+    gpus_option,
     hw_option,
     json_option,
     precision_option,
@@ -33,12 +34,12 @@ from agentx.units import GB
     show_default=True,
     help="Model whose KV bytes per token count.",
 )
-@click.option("--gpus", type=int, help="GPUs of the instance (default: one node; 32 on NVL72).")
+@gpus_option()
 @precision_option("kv")
 @click.option(
     "--block-size-tokens",
     type=int,
-    help="Serving KV block (default: the trace's hash block, else 64).",
+    help="Serving KV block in tokens (default: the trace's hash block, else 64).",
 )
 @click.option(
     "--policy",
@@ -57,10 +58,12 @@ from agentx.units import GB
 @click.option(
     "--hbm-kv-gb",
     type=float,
-    help="HBM for KV in the whole instance (default: what the footprint leaves).",
+    help="HBM for KV in the whole instance, GB (default: what the footprint leaves).",
 )
-@click.option("--dram-gb", type=float, help="Host DRAM for KV (default: host DRAM per GPU × GPUs).")
-@click.option("--ssd-tb", type=float, help="SSD for KV (default: SSD per node × nodes).")
+@click.option(
+    "--dram-gb", type=float, help="Host DRAM for KV, GB (default: host DRAM per GPU × GPUs)."
+)
+@click.option("--ssd-tb", type=float, help="SSD for KV, TB (default: SSD per node × nodes).")
 @click.option(
     "--capacities-gb",
     help="Comma-separated capacities to sweep (default: 0 and 1 GB … full reuse, log-spaced).",

@@ -5,7 +5,14 @@ from __future__ import annotations
 import click
 import polars as pl
 
-from agentx.cli._common import catalog_option, emit_json, json_option, precision_option, print_table
+from agentx.cli._common import (
+    catalog_option,
+    emit_json,
+    gpus_option,
+    json_option,
+    precision_option,
+    print_table,
+)
 from agentx.errors import UsageError
 from agentx.units import GB
 
@@ -22,15 +29,11 @@ from agentx.units import GB
     type=float,
     default=0.0,
     show_default=True,
-    help="Aggregate active context resident (per stage; with --hw, in the whole instance).",
+    help="Aggregate active context resident, tokens (per stage; with --hw, in the whole instance).",
 )
 @click.option("--model", "model_name", help="Model whose weights (and KV per token) to count.")
 @click.option("--hw", "hw_name", help="System: print the per-GPU footprint and whether it fits.")
-@click.option(
-    "--gpus",
-    type=int,
-    help="GPUs in the instance (with --hw; default: one scale-up domain, at most 8).",
-)
+@gpus_option("With --hw: GPUs in the instance")
 @click.option(
     "--tp", type=int, help="Tensor parallel ranks per stage (default: min(8, GPUs per stage))."
 )

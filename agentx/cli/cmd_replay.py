@@ -12,6 +12,7 @@ from agentx.cli._common import (
     apply_over_context,
     catalog_option,
     emit_json,
+    gpus_option,
     hw_option,
     json_option,
     load_scale_option,
@@ -38,9 +39,7 @@ from agentx.units import GB
 @trace_or_dataset_argument
 @hw_option
 @model_option()
-@click.option(
-    "--gpus", type=int, help="GPUs serving one model instance (default: one node; 32 on NVL72)."
-)
+@gpus_option()
 @click.option(
     "--tp", type=int, help="Tensor-parallel ranks of attention (default 8, or 1 with DP attention)."
 )

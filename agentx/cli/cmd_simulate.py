@@ -11,6 +11,7 @@ from agentx.cli._common import (
     apply_over_context,
     catalog_option,
     emit_json,
+    gpus_option,
     hw_option,
     json_option,
     load_scale_option,
@@ -19,6 +20,7 @@ from agentx.cli._common import (
     pools_option,
     print_table,
     quiet_option,
+    resolve_gpus,
     run_dir_option,
     trace_argument,
 )
@@ -36,12 +38,7 @@ MAX_BATCH = 1 << 20
 @trace_argument
 @hw_option
 @model_option()
-@click.option(
-    "--gpus",
-    type=int,
-    default=None,
-    help="GPUs of the whole deployment (both pools). [default: as replay: one node, 32 on NVL72]",
-)
+@gpus_option("GPUs of the whole deployment (both pools)")
 @click.option(
     "--policy",
     type=click.Choice(POLICIES),
@@ -71,22 +68,22 @@ MAX_BATCH = 1 << 20
     type=float,
     default=0.0,
     show_default=True,
-    help="Smoothed policies: per-minute decode batch cap so a step stays under this (0 = off).",
+    help="Smoothed policies: per-minute decode batch cap so a step stays under this many s (0 = off).",
 )
 @click.option(
     "--max-wait-s",
     type=float,
     default=math.inf,
-    help="Drop calls that wait longer than this for admission (default: never).",
+    help="Drop calls that wait longer than this many s for admission (default: never).",
 )
 @click.option(
-    "--sample-s", type=float, default=1.0, show_default=True, help="Interval of sim_timeseries."
+    "--sample-s", type=float, default=1.0, show_default=True, help="Interval of sim_timeseries, s."
 )
 @click.option(
     "--horizon-s",
     type=float,
     default=math.inf,
-    help="Stop the clock here; calls still inside are reported as unfinished.",
+    help="Stop the clock at this trace time, s; calls still inside are reported as unfinished.",
 )
 @load_scale_option
 @over_context_option
@@ -161,10 +158,7 @@ def command(
     span_s = min(horizon_s, float(tr.calls["t_start_s"].max()) + sample_s)
     check("intervals", span_s / sample_s, f"--sample-s {sample_s:g} over {span_s:,.0f} s")
     cat = load_catalog(catalog_files)
-    if gpus is None:  # the same default deployment as replay (agentx.replay.config)
-        from agentx.replay.config import make_config
-
-        gpus = make_config(cat, hw, model_name).gpus
+    gpus = resolve_gpus(cat, hw, gpus)
     tr, _ = apply_over_context(
         tr, cat.model(model_name).max_context_tokens, over_context, quiet=quiet
     )

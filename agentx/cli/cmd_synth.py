@@ -12,6 +12,7 @@ import polars as pl
 
 from agentx.cli._common import emit_json, json_option, output_file_option, print_table
 from agentx.errors import UsageError
+from agentx.fmt import num
 
 DEFAULT_SESSIONS = 100
 
@@ -44,7 +45,7 @@ DEFAULT_SESSIONS = 100
 @click.option(
     "--context-limit-tokens",
     type=int,
-    help="Compact when the context would pass this [default 1,000,000, SEED-6].",
+    help="Compact when the context would pass this many tokens [default 1,000,000, SEED-6].",
 )
 @click.option(
     "--like",
@@ -55,13 +56,13 @@ DEFAULT_SESSIONS = 100
     "--isl",
     "isl_tokens",
     type=int,
-    help="Benchmark shape: nominal input length; each request draws uniformly in [0.8·ISL, ISL].",
+    help="Benchmark shape: nominal input length in tokens; each request draws uniformly in [0.8·ISL, ISL].",
 )
 @click.option(
     "--osl",
     "osl_tokens",
     type=int,
-    help="Benchmark shape: nominal output length, drawn uniformly in [0.8·OSL, OSL].",
+    help="Benchmark shape: nominal output length in tokens, drawn uniformly in [0.8·OSL, OSL].",
 )
 @click.option(
     "--concurrency",
@@ -132,7 +133,7 @@ def command(
         else:
             print_table(
                 pl.DataFrame(
-                    {"quantity": list(summary), "value": [str(v) for v in summary.values()]}
+                    {"quantity": list(summary), "value": [num(v) for v in summary.values()]}
                 )
             )
         return
@@ -186,7 +187,7 @@ def command(
         emit_json(obj)
         return
     print_table(
-        pl.DataFrame({"quantity": list(summary), "value": [str(v) for v in summary.values()]})
+        pl.DataFrame({"quantity": list(summary), "value": [num(v) for v in summary.values()]})
     )
     if fit is not None:
         click.echo(f"\nFit to {like} (real vs synthetic):")

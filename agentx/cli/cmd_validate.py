@@ -71,12 +71,19 @@ def command(points, acceptance, draft_tokens, catalog_files, as_json) -> None:
             }
         )
         return
-    click.echo(f"{'row':>4}  {'metric':<18} {'measured':>10} {'modelled':>10} {'ratio':>6}  set")
-    for r in recs:
-        click.echo(
-            f"{r['row']:>4}  {METRIC_NAMES[r['metric']]:<18} {r['measured']:>10.2f} "
-            f"{r['modelled']:>10.2f} {r['ratio']:>6.2f}  {'acceptance' if r['acceptance'] else ''}"
+    from agentx.fmt import table
+
+    click.echo(
+        table(
+            ("row", "metric", "measured", "modelled", "ratio", "set"),
+            [
+                (r["row"], METRIC_NAMES[r["metric"]], r["measured"], r["modelled"], r["ratio"],
+                 "acceptance" if r["acceptance"] else "")
+                for r in recs
+            ],
+            (True, False, True, True, True, False),
         )
+    )  # fmt: skip
     for s in skipped:
         click.echo(f"skipped row {s['row']}: {s['reason']}")
     for label, sel in (("all", recs), ("acceptance set", [r for r in recs if r["acceptance"]])):

@@ -41,5 +41,4 @@ def headline(results: list[dict], slo: dict) -> str:
 
 
 def _instances(r: dict) -> str:
-    n = r["instances"]
-    return f"{n} instance{'s' if n != 1 else ''} of {r['layout']}"
+    return r["layout"]  # names aggregated or disaggregated and the instances of each pool

@@ -71,6 +71,15 @@ def default_efficiencies(system: SystemSpec, precision: str = "fp8") -> Efficien
     )
 
 
+def default_gpus(system) -> int:
+    """GPUs of one model instance when the user names none: the one default of every command
+    (replay, kv-curve, simulate, plan --hw; ``agentx.cli._common.gpus_option``). A scale-up
+    domain that spans nodes (NVL72) serves an instance of 32 GPUs, elsewhere one node does."""
+    if system.scale_up_domain_gpus > system.gpus_per_node:
+        return min(system.scale_up_domain_gpus, 32)
+    return system.gpus_per_node
+
+
 def make_config(
     catalog,
     hw: str,
@@ -107,11 +116,7 @@ def make_config(
     if pools not in POOLS:
         raise UsageError(f"unknown pools '{pools}'; choose one of {', '.join(POOLS)}")
     if gpus is None:
-        gpus = (
-            min(system.scale_up_domain_gpus, 32)
-            if system.scale_up_domain_gpus > system.gpus_per_node
-            else system.gpus_per_node
-        )
+        gpus = default_gpus(system)
     _positive(
         gpus=gpus, pp=pp, decode_batch=decode_batch, prefill_chunk_tokens=prefill_chunk_tokens
     )
