@@ -66,7 +66,7 @@ _QUANTITY_UNITS = (
     ("rate", r"rate|qps|interactivity", r"/s\b|per s(econd)?\b"),
     ("bandwidth", r"bandwidth|-bw\b", r"\b[KMGT]?B/s\b"),
     ("bytes", r"bytes|-[kmgt]i?b\b|capacit|memory", r"\b(B|bytes?|[KMGT]i?B)\b"),
-    ("tokens", r"tokens|context|-isl\b|-osl\b|chunk", r"\b[Tt]okens?\b"),
+    ("tokens", r"tokens|context|-isl\b|-osl\b|chunk(?!-rows)", r"\b[Tt]okens?\b"),
     ("time", r"-m?s\b|time|wait|latency|duration|timeout|horizon", _TIME),
     ("power", r"power|watts|-w\b", r"\bW\b|watts?"),
 )
@@ -91,6 +91,8 @@ def test_unit_check_can_fail():
     assert unitless("--usd-per-gpu-hour", "Price per GPU-hour.") == ["price"]
     assert unitless("--rate-per-s", "sessions per second") == []
     assert unitless("--pp", "Pipeline stages.") == []
+    assert unitless("--chunk-tokens", "Prefill chunk.") == ["tokens"]
+    assert unitless("--chunk-rows", "Calls per partition.") == []  # rows of calls, not tokens
 
 
 def test_help_texts_show_units():

@@ -76,6 +76,9 @@ def _commands(trace, tmp):
         "simulate": ["simulate", t, "--hw", "b300", "-o", str(tmp / "sim"), "-q"],
         "compare": ["compare", t, "--hw", "gb200,b300", "--load-scale", "1000", "-q"],
         "sql": ["sql", "SELECT count(*) AS calls, sum(input_tokens) AS input_tokens FROM calls", t],
+        "replay fleet": ["replay", t, "--hw", "gb200", "--replicas", "2", "-q"],
+        "partition": ["partition", t, "--hw", "gb200", "--replicas", "2", "-o", str(tmp / "ds")],
+        "export": ["export", t, "--format", "mooncake", "-o", str(tmp / "m.jsonl")],
     }
 
 
@@ -87,7 +90,7 @@ def outputs(sample_trace, tmp_path_factory):
         text = CliRunner().invoke(cli, args)
         assert text.exit_code == 0, (name, text.output)
         json_args = ["--json"]  # sql too (its --format json is the same)
-        if name in ("sweep", "simulate"):
+        if name in ("sweep", "simulate", "partition"):
             args = [a.replace(str(tmp), str(tmp / "j")) for a in args]
         js = CliRunner().invoke(cli, [*args, *json_args])
         assert js.exit_code == 0, (name, js.output)

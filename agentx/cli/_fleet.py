@@ -115,13 +115,14 @@ def store_of(store_gb: float | None, store_gbps: float):
 
 def print_fleet(summary: dict, replicas_df) -> None:
     from agentx.cli._common import print_table
+    from agentx.fmt import num
 
     f = summary["fleet"]
-    hr = "n/a" if f["hit_ratio"] is None else f"{f['hit_ratio']:.3f}"
+    hr = "n/a" if f["hit_ratio"] is None else num(f["hit_ratio"])
     click.echo(
         f"{summary['model']} on {f['replicas']} × {summary['layout']} ({f['router']} router): "
-        f"{summary['calls']:,} calls, {summary['total_time_s']:.4g} instance-s, "
-        f"{summary['total_energy_j']:.4g} J"
+        f"{num(summary['calls'])} calls, {num(summary['total_time_s'])} instance-s, "
+        f"{num(summary['total_energy_j'])} J"
     )
     print_table(
         replicas_df.select(
@@ -129,7 +130,7 @@ def print_fleet(summary: dict, replicas_df) -> None:
         )
     )
     click.echo(
-        f"fleet hit ratio {hr}; imbalance (max/mean work) {f['imbalance']:.3f}; "
+        f"fleet hit ratio {hr}; imbalance (max/mean work) {num(f['imbalance'])}; "
         f"busiest replica {f['busiest_replica']}"
     )
 

@@ -6,7 +6,15 @@ from pathlib import Path
 
 import click
 
-from agentx.cli._common import catalog_option, hw_option, model_option, quiet_option, trace_argument
+from agentx.cli._common import (
+    catalog_option,
+    emit_json,
+    hw_option,
+    json_option,
+    model_option,
+    quiet_option,
+    trace_argument,
+)
 from agentx.cli._fleet import fleet_size, routing_options, store_of
 
 
@@ -29,6 +37,7 @@ from agentx.cli._fleet import fleet_size, routing_options, store_of
     type=click.Path(path_type=Path),
     help="Folder of the partitioned dataset (replica=K/part-0.parquet + fleet.json).",
 )
+@json_option
 @quiet_option
 def command(
     trace,
@@ -44,6 +53,7 @@ def command(
     store_gbps,
     catalog_files,
     out_dir,
+    as_json,
     quiet,
 ) -> None:
     """Route every call of TRACE to a replica and write the hive-style partitioned dataset.
@@ -56,6 +66,7 @@ def command(
     from agentx.errors import UsageError
     from agentx.fleet import DEFAULT_ROUTER, plan_fleet
     from agentx.fleet.partition import write_dataset
+    from agentx.fmt import num
     from agentx.io import ensure_distinct
     from agentx.replay.config import make_config
     from agentx.traces.io import read_trace
@@ -65,18 +76,21 @@ def command(
     n = fleet_size(cfg, replicas, gpus_total)
     if n is None:
         raise UsageError("give --replicas or --gpus-total")
-    ensure_distinct(out_dir, [trace])
+    ensure_distinct(out_dir, [trace, *catalog_files])
     tr = read_trace(trace)
     parts, manifest = plan_fleet(
         tr, cfg, n, router or DEFAULT_ROUTER, eps=balance_eps, overlap_weight=overlap_weight,
         store=store_of(store_gb, store_gbps),
     )  # fmt: skip
     manifest = {**manifest, "hw": hw, "model": model_name, "gpus_per_replica": cfg.gpus}
-    write_dataset(parts, out_dir, manifest)
-    if not quiet:
-        sizes = [p.calls.height for p in parts]
+    write_dataset(parts, out_dir, manifest, inputs=[trace, *catalog_files])
+    sizes = [p.calls.height for p in parts]
+    if as_json:
+        emit_json({"output": str(out_dir), "replicas": len(parts), "router": manifest.get("router"),
+                   "calls": sum(sizes), "calls_per_replica": sizes})  # fmt: skip
+    elif not quiet:
         click.echo(
-            f"wrote {out_dir}: {len(parts)} partitions, {sum(sizes):,} calls "
-            f"({min(sizes):,}–{max(sizes):,} per replica)",
+            f"wrote {out_dir}: {len(parts)} partitions, {num(sum(sizes))} calls "
+            f"({num(min(sizes))}–{num(max(sizes))} per replica)",
             err=True,
         )

@@ -23,7 +23,7 @@ from pathlib import Path
 import polars as pl
 
 from agentx.errors import InputError
-from agentx.io import write_json_atomic, write_parquet_atomic
+from agentx.io import atomic_dir, dumps_json, write_parquet_file
 from agentx.traces.io import Trace, read_trace
 from agentx.traces.schema import META_SCHEMA_VERSION, SCHEMA_VERSION, conform
 
@@ -60,19 +60,29 @@ def split(trace: Trace, assignment, store_tokens, replicas: int) -> list[Partiti
     return [Partition(r, parts.get(r, empty), trace.meta) for r in range(replicas)]
 
 
-def write_dataset(parts: list[Partition], out_dir: os.PathLike | str, manifest: dict) -> Path:
-    """Write ``parts`` as a hive-style dataset (each file atomically) and ``fleet.json`` last."""
+def write_dataset(
+    parts: list[Partition], out_dir: os.PathLike | str, manifest: dict, inputs=()
+) -> Path:
+    """Write ``parts`` as a hive-style dataset: the whole folder appears at once or not at all."""
     out = Path(out_dir)
-    if (out.exists() and not out.is_dir()) or (out / "calls.parquet").exists():
-        raise InputError(out, "expected a folder for the partitioned dataset")
-    for p in parts:
-        d = out / f"replica={p.replica}"
-        d.mkdir(parents=True, exist_ok=True)
-        meta = {META_SCHEMA_VERSION: SCHEMA_VERSION, **(p.meta or {})}
-        write_parquet_atomic(conform(p.calls), d / "part-0.parquet", meta)
-    calls = {str(p.replica): p.calls.height for p in parts}
-    write_json_atomic(out / MANIFEST, {**manifest, "calls_per_replica": calls})
+    with atomic_dir(out, inputs) as tmp:
+        for p in parts:
+            d = tmp / f"replica={p.replica}"
+            d.mkdir()
+            meta = {META_SCHEMA_VERSION: SCHEMA_VERSION, **(p.meta or {})}
+            write_parquet_file(_with_metadata(conform(p.calls), meta), d / "part-0.parquet")
+        calls = {str(p.replica): p.calls.height for p in parts}
+        (tmp / MANIFEST).write_text(
+            dumps_json({**manifest, "calls_per_replica": calls}) + "\n", encoding="utf-8"
+        )
     return out
+
+
+def _with_metadata(df: pl.DataFrame, meta: dict[str, str]):
+    table = df.to_arrow()
+    merged = dict(table.schema.metadata or {})
+    merged.update({k.encode(): v.encode() for k, v in meta.items()})
+    return table.replace_schema_metadata(merged)
 
 
 def read_dataset(path: os.PathLike | str) -> tuple[dict, list[Partition]]:
