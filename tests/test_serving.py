@@ -16,7 +16,12 @@ from agentx.serving.collectives import (
     collective_floor_s,
 )
 from agentx.serving.iteration import iteration_cost, iteration_time_s
-from agentx.serving.steady import Speculation, mean_length, steady_state
+from agentx.serving.steady import (
+    Speculation,
+    benchmark_window_factor,
+    mean_length,
+    steady_state,
+)
 
 CAT = load_catalog()
 
@@ -238,3 +243,26 @@ def test_collective_latency_adds_to_tensor_parallel_iterations_only(hw, batch):
     assert collective_floor_s(one) == pytest.approx(122 * (10.18e-6 - lay_floor))
     t = iteration_cost(one, batch, 4096.0)
     assert t["floor_s"] > collective_floor_s(one)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    c=st.integers(1, 4096),
+    ttft=st.floats(0.0, 10.0),
+    tpot=st.floats(1e-4, 0.5),
+    osl=st.integers(2, 16_384),
+)
+def test_benchmark_window_loses_output_only_to_the_drain(c, ttft, tpot, osl):
+    """A finite run of ~10 requests per client reports at most the steady-state rate; one
+    client has no drain, and more clients never drain less (expected maximum grows with C)."""
+    f = benchmark_window_factor(c, ttft, tpot, osl)
+    more = benchmark_window_factor(2 * c, ttft, tpot, osl)
+    assert 0.0 < float(more) <= float(f) <= 1.0
+    assert float(benchmark_window_factor(1, ttft, tpot, osl)) == 1.0
+
+
+def test_benchmark_window_at_concurrency_64_is_about_five_percent():
+    """C = 64, 1k output, no TTFT: drain = sqrt(10)·0.2·L·TPOT/sqrt(12)·sqrt(2 ln 64) ≈ 0.527
+    request lengths against 10 × 0.9 L of busy time per slot → 0.945."""
+    f = benchmark_window_factor(64, 0.0, 0.02, 1024)
+    assert float(f) == pytest.approx(0.9447, abs=2e-3)
