@@ -14,6 +14,8 @@ from agentx.serving.collectives import (
     all_reduce_latency_s,
     all_to_all_latency_s,
     collective_floor_s,
+    ffn_all_reduce_bytes,
+    ffn_all_reduce_layers,
 )
 from agentx.serving.iteration import iteration_cost, iteration_time_s
 from agentx.serving.steady import (
@@ -266,3 +268,13 @@ def test_benchmark_window_at_concurrency_64_is_about_five_percent():
     request lengths against 10 × 0.9 L of busy time per slot → 0.945."""
     f = benchmark_window_factor(64, 0.0, 0.02, 1024)
     assert float(f) == pytest.approx(0.9447, abs=2e-3)
+
+
+def test_ffn_all_reduce_only_where_the_ffn_is_tensor_parallel():
+    """DeepSeek-V3 (3 dense + 58 MoE layers) on TP8: tensor-parallel experts (EP1) all-reduce
+    every layer's FFN output; with EP8 only the 3 dense layers do; one GPU never does."""
+    assert ffn_all_reduce_layers(_cfg(gpus=8, tp=8, ep=1, dp_attention=False)) == 61
+    assert ffn_all_reduce_layers(_cfg(gpus=8, tp=8, ep=8, dp_attention=False)) == 3
+    tp8 = _cfg(gpus=8, tp=8, ep=1, dp_attention=False)
+    assert ffn_all_reduce_bytes(tp8, 1.0) == pytest.approx(2 * 7 * 7168 * 61 * tp8.activation_bytes)
+    assert ffn_all_reduce_layers(_cfg("b200", "llama3.1-70b", gpus=1, tp=1, ep=1)) == 0

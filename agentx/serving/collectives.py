@@ -53,6 +53,25 @@ def all_to_all_latency_s(ranks: int, scale_up_domain_gpus: int) -> float:
     return collective_latency_s(ranks, ranks, scale_up_domain_gpus)
 
 
+def ffn_all_reduce_layers(cfg: ServingConfig) -> int:
+    """Layers whose FFN output is all-reduced over ``tp`` ranks: dense FFN layers under
+    tensor-parallel attention, and MoE layers whose experts are tensor-parallel (``ep == 1``)."""
+    lay, m = layout(cfg), cfg.model
+    if cfg.tp <= 1:
+        return 0
+    dense = (m.num_layers - m.num_moe_layers) if lay.att_tp > 1 else 0
+    moe = m.num_moe_layers if (m.is_moe and cfg.ep <= 1) else 0
+    return dense + moe
+
+
+def ffn_all_reduce_bytes(cfg: ServingConfig, tokens):
+    """Ring all-reduce bytes of the FFN outputs (whole instance): ``2(tp − 1)·h·b`` per token
+    and layer, the same form as the attention output's (``replay.stages._tp_bytes``)."""
+    layers = ffn_all_reduce_layers(cfg)
+    h, b = cfg.model.hidden_size, cfg.activation_bytes
+    return tokens * (2.0 * (cfg.tp - 1) * h * b * layers)
+
+
 def collective_floor_s(cfg: ServingConfig) -> float:
     """Seconds per forward pass that the collectives' latency adds above the kernel floors."""
     lay, m = layout(cfg), cfg.model
@@ -63,13 +82,8 @@ def collective_floor_s(cfg: ServingConfig) -> float:
     def above(lat: float) -> float:
         return max(lat * scale - floor, 0.0) if lat > 0 else 0.0
 
-    ar_att = above(all_reduce_latency_s(lay.att_tp, dom))
-    ar_tp = above(all_reduce_latency_s(cfg.tp, dom))
-    dense_layers = m.num_layers - m.num_moe_layers
-    total = m.num_layers * ar_att + dense_layers * (ar_tp if lay.att_tp > 1 else 0.0)
-    if m.is_moe:
-        if cfg.ep > 1:
-            total += m.num_moe_layers * 2.0 * above(all_to_all_latency_s(cfg.ep, dom))
-        else:
-            total += m.num_moe_layers * ar_tp
+    total = m.num_layers * above(all_reduce_latency_s(lay.att_tp, dom))
+    total += ffn_all_reduce_layers(cfg) * above(all_reduce_latency_s(cfg.tp, dom))
+    if m.is_moe and cfg.ep > 1:
+        total += m.num_moe_layers * 2.0 * above(all_to_all_latency_s(cfg.ep, dom))
     return total
