@@ -14,7 +14,9 @@ Physics, per forward pass of the whole instance (COST-MODEL.md §3-4):
   (``ServingConfig.expert_precision``): each runs on its own datapath.
 * Attention: decode token ``j`` of a sequence at context ``c`` attends to ``c + j`` tokens and
   reads their KV; a prefill chunk attends to its prefix and to itself (causal).
-* Communication: TP all-reduce per layer, EP dispatch/combine per MoE layer.
+* Communication: TP all-reduce of the attention output per layer and of the FFN output where
+  the FFN is tensor-parallel (dense layers, MoE with ``ep == 1``), EP dispatch/combine per MoE
+  layer.
 * Grouped-GEMM tile padding: each touched expert's rows are padded to the 64-row MMA tile,
   so short prompts (few tokens per expert) pay more math per token than long ones.
 * Expert-parallel load imbalance: the busiest rank's share of the routed assignments (expected
@@ -25,7 +27,9 @@ Physics, per forward pass of the whole instance (COST-MODEL.md §3-4):
   ``pp × roofline(work of one micro-batch over all gpus)``. Weights are re-read by every
   micro-batch: adding stages never shortens an iteration at a fixed batch (the "bubble" cost
   is paid as repeated weight reads; tests/test_serving.py checks it).
-* Kernel launch/latency floors are paid once per pass (a token crosses each layer once).
+* Kernel launch/latency floors are paid once per pass (a token crosses each layer once), and
+  so is the latency of each layer's collectives above that floor (NCCL's latency model,
+  ``agentx.serving.collectives``).
 
 ``iteration_time_s`` is the stable entry point (signature frozen: #10 and #13 import it).
 """
@@ -44,6 +48,7 @@ from agentx.replay.stages import (
     mla_mha_forms,
     pair_layers,
 )
+from agentx.serving.collectives import collective_floor_s, ffn_all_reduce_bytes
 
 MMA_M = 64.0  # rows per tensor-core MMA issue (wgmma m64 / tcgen05 M=64)
 
@@ -128,7 +133,8 @@ def iteration_cost(
     )
     act = tok * (lay.act_attn_token_bytes + lay.act_ffn_token_bytes)
     ep = _ep_bytes(cfg, tok)
-    su = _tp_bytes(cfg, lay, tok) + ep * lay.su_frac_ep
+    # TP all-reduces: attention output every layer, FFN output where the FFN is TP-sharded.
+    su = _tp_bytes(cfg, lay, tok) + ffn_all_reduce_bytes(cfg, tok) + ep * lay.su_frac_ep
     so = ep * (1.0 - lay.su_frac_ep)
     # Roofline over all GPUs of the instance; a token's latency crosses every pipeline stage.
     g, e, chip, sysm = lay.gpus, lay.eff, cfg.chip, cfg.system
@@ -144,7 +150,7 @@ def iteration_cost(
         so / (g * sysm.scale_out_bytes_per_s * e.communication),
     )
     fa, ff = _floor_per_pass(cfg)
-    floor_s = (fa + ff) * (tok > 0)
+    floor_s = (fa + ff + collective_floor_s(cfg)) * (tok > 0)
     time_s = pp * (linear_s + attention_s + activation_s + comm_s) + floor_s
     return {
         "time_s": time_s,
