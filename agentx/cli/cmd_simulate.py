@@ -14,12 +14,14 @@ from agentx.cli._common import (
     json_option,
     model_option,
     pools_option,
+    precision_option,
     print_table,
     quiet_option,
     run_dir_option,
     trace_argument,
 )
 from agentx.dynamics.admission import POLICIES
+from agentx.dynamics.agentic import OFFLOAD, PREEMPTION
 
 
 @click.command(
@@ -82,8 +84,55 @@ from agentx.dynamics.admission import POLICIES
     default=math.inf,
     help="Stop the clock here; calls still inside are reported as unfinished.",
 )
+@click.option(
+    "--users",
+    help="Closed loop: N concurrent sessions (comma list sweeps, e.g. 1,2,4,...,256) on one "
+    "instance of --gpus with a prefix cache (docs/dynamics.md); replaces the open-loop arrivals.",
+)
+@click.option(
+    "--think-scale",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="--users: multiply the trace's think times by this.",
+)
+@click.option(
+    "--max-think-s",
+    type=float,
+    default=math.inf,
+    help="--users: cap each think time (the Weka set has idle gaps of hours; default: none).",
+)
+@click.option(
+    "--offload",
+    type=click.Choice(OFFLOAD),
+    default="none",
+    show_default=True,
+    help="--users: KV offload tiers below HBM; their hits cost a transfer, not a recompute.",
+)
+@click.option(
+    "--preemption",
+    type=click.Choice(PREEMPTION),
+    default="recompute",
+    show_default=True,
+    help="--users: what a preempted sequence does (vLLM: recompute).",
+)
+@click.option(
+    "--gpu-memory-utilization",
+    type=float,
+    default=0.9,
+    show_default=True,
+    help="--users: share of HBM the server may use; KV gets what weights, activations and "
+    "workspace leave of it (vLLM's flag).",
+)
+@click.option("--tp", type=int, help="--users: tensor-parallel ranks of attention (as replay).")
+@click.option("--ep", type=int, help="--users: expert-parallel ranks (as replay).")
+@precision_option("weight")
+@precision_option("kv")
 @catalog_option
-@run_dir_option("sim_calls, sim_timeseries", required=True)
+@run_dir_option(
+    "sim_calls, sim_timeseries (--users: agentic_calls, agentic_timeseries, agentic_sweep)",
+    required=True,
+)
 @json_option
 @quiet_option
 def command(
@@ -101,6 +150,16 @@ def command(
     max_wait_s,
     sample_s,
     horizon_s,
+    users,
+    think_scale,
+    max_think_s,
+    offload,
+    preemption,
+    gpu_memory_utilization,
+    tp,
+    ep,
+    weight_precision,
+    kv_precision,
     catalog_files,
     run_dir,
     as_json,
@@ -131,6 +190,18 @@ def command(
     ):
         if not v > 0:
             raise UsageError(f"{name} must be positive, got {v}")
+    if users is not None:
+        from agentx.cli.simulate_agentic import run_agentic
+
+        run_agentic(
+            trace, hw, model_name, gpus, users, catalog_files, run_dir, as_json, quiet,
+            max_batch=max_batch, chunk_tokens=chunk_tokens, sample_s=sample_s,
+            horizon_s=horizon_s, think_scale=think_scale, max_think_s=max_think_s,
+            offload=offload, preemption=preemption, util=gpu_memory_utilization,
+            layout={"tp": tp, "ep": ep, "weight_precision": weight_precision,
+                    "kv_precision": kv_precision},
+        )  # fmt: skip
+        return
     phases = Phases("simulate", 3, enabled=False if quiet else None)
     phases.step("reading the trace")
     tr = read_trace(trace)
