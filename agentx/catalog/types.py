@@ -13,11 +13,36 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-PRECISIONS = ("bf16", "fp8", "fp4")
+PRECISIONS = ("bf16", "fp8", "fp4")  # compute (datapath) precisions, narrowest last
+# Stored weight formats. ``fp4`` is the generic 4-bit float with MX block scales (kept for
+# compatibility); the named formats carry their own scale overhead:
+#   nvfp4  4 bits + one FP8 (E4M3) scale per 16 elements = 4.5 bits (NVIDIA NVFP4 format, TRT
+#          Model Optimizer; the issue's correction of 4.25)
+#   mxfp4  4 bits + one 8-bit (E8M0) scale per 32 elements = 4.25 bits (OCP MX spec v1.0; the
+#          GPT-OSS checkpoint figure, NOTES.md (a))
+#   int4   W4A16 weight-only: 4 bits + one BF16 scale per group of 32 = 4.5 bits (Kimi K2
+#          Thinking/K2.5 compressed-tensors checkpoint, group_size 32); math runs in BF16
+WEIGHT_FORMATS = ("bf16", "fp8", "fp4", "nvfp4", "mxfp4", "int4")
 
-# Bytes per stored element. FP4 counts its block scales: MXFP4/NVFP4 = 4 bits + one 8-bit
-# scale per 32 (MX) or 16 (NV) elements; 4.25 bits is the GPT-OSS checkpoint figure (NOTES.md (a)).
-BYTES_PER_ELEMENT: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "fp4": 4.25 / 8}
+# Bytes per stored element.
+BYTES_PER_ELEMENT: dict[str, float] = {
+    "bf16": 2.0,
+    "fp8": 1.0,
+    "fp4": 4.25 / 8,
+    "nvfp4": 4.5 / 8,
+    "mxfp4": 4.25 / 8,
+    "int4": 4.5 / 8,
+}
+# The datapath a weight format computes on where the chip has it (weight-only INT4 dequantises
+# to BF16; FP4 formats fall back to the next wider datapath on chips without FP4).
+COMPUTE_OF: dict[str, str] = {
+    "bf16": "bf16",
+    "fp8": "fp8",
+    "fp4": "fp4",
+    "nvfp4": "fp4",
+    "mxfp4": "fp4",
+    "int4": "bf16",
+}
 
 
 @dataclass(frozen=True)
@@ -72,6 +97,15 @@ class SystemSpec:
     host_dram_pj_per_bit: float
     ssd_pj_per_bit: float
     source: str
+    # Calibration overlay (agentx calibrate): multipliers on the default efficiencies of
+    # agentx.replay.config.default_efficiencies; 1.0 = the cited defaults, nothing fitted.
+    calibrated_compute_scale: float = 1.0
+    calibrated_hbm_scale: float = 1.0
+    calibrated_comm_scale: float = 1.0
+    calibrated_floor_scale: float = 1.0
+    # Serving-stack time per request outside the GPU roofline (HTTP, tokenizer, scheduler and
+    # detokenizer hops), added to TTFT; 0 in the built-in catalog, fitted by agentx calibrate.
+    calibrated_request_overhead_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -106,6 +140,10 @@ class ModelSpec:
     tied_embeddings: bool
     source: str
     notes: str = ""
+    # What the published checkpoint ships with ("" = not stated): attention/dense weights and
+    # routed-expert weights (WEIGHT_FORMATS).
+    ships_weight_precision: str = ""
+    ships_expert_precision: str = ""
 
     # -- shape -----------------------------------------------------------------------------
     @property
@@ -279,9 +317,10 @@ class ServingConfig:
     pp: int = 1
     ep: int = 8
     dp_attention: bool = False
-    weight_precision: str = "fp8"
+    weight_precision: str = "fp8"  # attention / dense / shared-expert weights
     kv_precision: str = "fp8"
     compute_precision: str = "fp8"
+    expert_precision: str | None = None  # routed experts; None = weight_precision
     activation_bytes: float = 2.0
     decode_batch: int = 64
     prefill_chunk_tokens: int = 8192
@@ -298,6 +337,15 @@ class ServingConfig:
     @property
     def weight_bytes_per_param(self) -> float:
         return BYTES_PER_ELEMENT[self.weight_precision]
+
+    @property
+    def expert_bytes_per_param(self) -> float:
+        return BYTES_PER_ELEMENT[self.expert_precision or self.weight_precision]
+
+    @property
+    def expert_compute_precision(self) -> str:
+        """Datapath of the routed-expert GEMMs (falls back to the chip's widest if missing)."""
+        return COMPUTE_OF[self.expert_precision or self.weight_precision]
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -323,6 +371,7 @@ class ServingConfig:
                 self.ep,
                 self.dp_attention,
                 self.weight_precision,
+                self.expert_precision,
                 self.kv_precision,
                 self.decode_batch,
                 self.prefill_chunk_tokens,
@@ -336,7 +385,9 @@ def ceil_div(a: int, b: int) -> int:
 
 __all__ = [
     "BYTES_PER_ELEMENT",
+    "COMPUTE_OF",
     "PRECISIONS",
+    "WEIGHT_FORMATS",
     "ChipSpec",
     "Efficiencies",
     "ModelSpec",

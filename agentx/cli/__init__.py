@@ -28,6 +28,8 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("simulate", "agentx.cli.cmd_simulate"),
     ("sql", "agentx.cli.cmd_sql"),
     ("report", "agentx.cli.cmd_report"),
+    ("validate", "agentx.cli.cmd_validate"),
+    ("calibrate", "agentx.cli.cmd_calibrate"),
 )
 
 

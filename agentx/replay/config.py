@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 from agentx.catalog.types import (
     BYTES_PER_ELEMENT,
+    COMPUTE_OF,
     PRECISIONS,
+    WEIGHT_FORMATS,
     Efficiencies,
     ServingConfig,
     StageEfficiency,
@@ -31,31 +33,41 @@ POOLS = ("disaggregated", "aggregated")
 
 def default_efficiencies(system: SystemSpec, precision: str = "fp8") -> Efficiencies:
     """Per-stage achieved fractions of peak for ``system``'s chip computing in ``precision``
-    (NOTES.md (d)); the FP8 MAMF figure is used for FP8/FP4 matmuls where measured."""
+    (NOTES.md (d)); the FP8 MAMF figure is used for FP8/FP4 matmuls where measured.
+
+    A system's ``calibrated_*_scale`` fields (written by ``agentx calibrate``, 1.0 in the
+    built-in catalog) multiply these defaults; fractions of peak are capped at 1.
+    """
     chip = system.chip
     fp8 = getattr(chip, "mamf_fp8_fraction", None)
     mamf = fp8 if precision != "bf16" and fp8 else chip.mamf_fraction
     compute = round(REAL_OVER_MAMF * mamf, 3) if mamf else FALLBACK_COMPUTE
     c_src = "0.85 x MAMF (NOTES.md (d): prefill 64-67 % vs MAMF 73-78 %)"
+    sc, sm = system.calibrated_compute_scale, system.calibrated_hbm_scale
+    compute = min(1.0, compute * sc)
+
+    def mem(x: float) -> float:
+        return min(1.0, x * sm)
+
     return Efficiencies(
         prefill=StageEfficiency(
-            compute, 0.85, f"compute {c_src}; memory FlashMLA 90 %, NOTES.md (d)"
+            compute, mem(0.85), f"compute {c_src}; memory FlashMLA 90 %, NOTES.md (d)"
         ),
         midfill=StageEfficiency(
-            compute, 0.85, f"compute {c_src}; memory as long-context decode, NOTES.md (d)"
+            compute, mem(0.85), f"compute {c_src}; memory as long-context decode, NOTES.md (d)"
         ),
         decode_attention=StageEfficiency(
             compute,
-            0.85,
+            mem(0.85),
             "memory 0.85-0.9 long-context decode with tuned kernels (FlashMLA 3000 GB/s = 90 % on H800), NOTES.md (d)",
         ),
         decode_experts=StageEfficiency(
             compute,
-            0.70,
+            mem(0.70),
             "memory 0.6-0.8 for small batches / short rows (grouped GEMV over expert weights), NOTES.md (d)",
         ),
-        communication=0.7,
-        kernel_floor_s=5e-6,
+        communication=min(1.0, 0.7 * system.calibrated_comm_scale),
+        kernel_floor_s=5e-6 * system.calibrated_floor_scale,
     )
 
 
@@ -70,6 +82,7 @@ def make_config(
     dp_attention: bool | None = None,
     weight_precision: str = "fp8",
     kv_precision: str = "fp8",
+    expert_precision: str | None = None,
     decode_batch: int = 64,
     prefill_chunk_tokens: int = 8192,
     routing_skew: float = 0.0,
@@ -85,11 +98,12 @@ def make_config(
     """
     system = catalog.system(hw)
     spec = catalog.model(model)
-    for name, p in (("weight", weight_precision), ("kv", kv_precision)):
-        if p not in PRECISIONS:
-            raise UsageError(
-                f"unknown {name} precision '{p}'; choose one of {', '.join(PRECISIONS)}"
-            )
+    checks = (("weight", weight_precision, WEIGHT_FORMATS), ("kv", kv_precision, PRECISIONS))
+    if expert_precision is not None:
+        checks += (("expert", expert_precision, WEIGHT_FORMATS),)
+    for name, p, allowed in checks:
+        if p not in allowed:
+            raise UsageError(f"unknown {name} precision '{p}'; choose one of {', '.join(allowed)}")
     if pools not in POOLS:
         raise UsageError(f"unknown pools '{pools}'; choose one of {', '.join(POOLS)}")
     if gpus is None:
@@ -126,7 +140,7 @@ def make_config(
         raise UsageError(
             f"--ep {ep} exceeds the {spec.n_routed_experts} routed experts of {spec.name}"
         )
-    compute = weight_precision if system.chip.flops_per_s(weight_precision) else "bf16"
+    compute = COMPUTE_OF[weight_precision]
     return ServingConfig(
         system=system,
         model=spec,
@@ -137,6 +151,7 @@ def make_config(
         dp_attention=bool(dp_attention),
         weight_precision=weight_precision,
         kv_precision=kv_precision,
+        expert_precision=expert_precision,
         compute_precision=compute,
         decode_batch=decode_batch,
         prefill_chunk_tokens=prefill_chunk_tokens,
@@ -204,7 +219,7 @@ def layout(cfg: ServingConfig) -> Layout:
         attn_weight_bytes=m.attention_params * wb,
         ffn_weight_bytes=ffn * wb,
         head_weight_bytes=m.head_params * wb,
-        expert_bytes=m.expert_params * wb,
+        expert_bytes=m.expert_params * cfg.expert_bytes_per_param,
         attn_linear_params=m.attention_params + (att_tp - 1) * down,
         ffn_linear_params=ffn + m.active_routed_params,
         head_params=m.head_params,

@@ -100,6 +100,7 @@ def weight_bytes_per_gpu(cfg: ServingConfig) -> tuple[float, float]:
     f = stage_layer_share(m.num_layers, cfg.pp)
     dense = (m.attention_params + m.dense_ffn_params + m.shared_expert_params) * f
     routed = f * m.num_moe_layers * ceil_div(m.n_routed_experts, cfg.ep) * m.expert_params
+    routed *= cfg.expert_bytes_per_param / b  # routed experts may ship in their own format
     vocab = (
         m.embedding_params + m.head_params
         if cfg.pp == 1

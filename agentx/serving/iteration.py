@@ -1,0 +1,155 @@
+"""Price one engine iteration: one forward pass over a mixed batch of decodes and prefill chunks.
+
+This is the seam shared by the steady-state serving model (``agentx.serving.steady``) and the
+time-stepped simulator (``agentx.dynamics``): an in-flight-batching engine (vLLM, SGLang,
+TRT-LLM) runs iterations, each a forward pass over every running decode sequence (one token
+each, or ``1 + draft`` under speculative verification) plus up to a token budget of prefill
+chunks. Everything broadcasts over numpy arrays; there is no per-sequence loop.
+
+Physics, per forward pass of the whole instance (COST-MODEL.md §3-4):
+
+* Linear layers: ``2 · tokens · params`` FLOPs; weights are read once per pass by each
+  attention replica that has work, routed experts once per distinct expert touched
+  (SEED-11). Attention/dense weights and routed experts may have different formats
+  (``ServingConfig.expert_precision``): each runs on its own datapath.
+* Attention: decode token ``j`` of a sequence at context ``c`` attends to ``c + j`` tokens and
+  reads their KV; a prefill chunk attends to its prefix and to itself (causal).
+* Communication: TP all-reduce per layer, EP dispatch/combine per MoE layer.
+* Pipeline parallelism (``pp`` stages): the batch runs as ``pp`` micro-batches so every stage is
+  busy, and a token crosses every stage in turn. A stage does 1/pp of the layers on
+  ``gpus/pp`` GPUs, so the time a token waits between two of its iterations is
+  ``pp × roofline(work of one micro-batch over all gpus)``. Weights are re-read by every
+  micro-batch: adding stages never shortens an iteration at a fixed batch (the "bubble" cost
+  is paid as repeated weight reads; tests/test_serving.py checks it).
+* Kernel launch/latency floors are paid once per pass (a token crosses each layer once).
+
+``iteration_time_s`` is the stable entry point (signature frozen: #10 and #13 import it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agentx.catalog.types import ServingConfig
+from agentx.replay.config import layout
+from agentx.replay.stages import (
+    _ep_bytes,
+    _floor_per_pass,
+    _tp_bytes,
+    distinct_experts,
+    mla_mha_forms,
+    pair_layers,
+)
+
+
+def _a(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.float64)
+
+
+def iteration_cost(
+    cfg: ServingConfig,
+    decode_seqs,
+    decode_context_tokens,
+    prefill_tokens=0.0,
+    prefill_prefix_tokens=0.0,
+    prefill_seqs=None,
+    tokens_per_decode_seq=1.0,
+) -> dict[str, np.ndarray]:
+    """Work and latency of one iteration of the whole instance (arrays broadcast together).
+
+    decode_seqs: running decode sequences; decode_context_tokens: their mean context (tokens
+    already in KV); prefill_tokens: prefill-chunk tokens in this pass, from ``prefill_seqs``
+    sequences (default: one sequence when there are any) whose cached prefix is
+    ``prefill_prefix_tokens``; tokens_per_decode_seq: 1, or 1 + draft length when a
+    speculative verify pass scores the drafted tokens.
+
+    Returns ``time_s`` (wall time between two iterations as a sequence sees it), ``flops``,
+    ``hbm_bytes``, ``comm_bytes`` (whole instance) and the roofline parts ``linear_s``,
+    ``attention_s``, ``activation_s``, ``comm_s``, ``floor_s``.
+    """
+    lay, m = layout(cfg), cfg.model
+    pp = float(cfg.pp)
+    b = _a(decode_seqs) / pp  # one micro-batch
+    c = _a(decode_context_tokens)
+    q = _a(tokens_per_decode_seq)
+    n = _a(prefill_tokens) / pp
+    p0 = _a(prefill_prefix_tokens)
+    ns = (n > 0).astype(np.float64) if prefill_seqs is None else _a(prefill_seqs) / pp
+    ns = np.minimum(ns, n)
+    dec_tok = b * q
+    tok = dec_tok + n
+    # Linear layers, attention side and FFN side on their own datapaths.
+    attn_lin = 2.0 * tok * lay.attn_linear_params + 2.0 * (dec_tok + ns) * lay.head_params
+    ffn_lin = 2.0 * tok * lay.ffn_linear_params
+    active = np.minimum(lay.att_replicas, b + ns)  # attention replicas with any work
+    wbytes = active * (lay.attn_weight_bytes + lay.ffn_weight_bytes + lay.head_weight_bytes)
+    if m.is_moe:
+        wbytes = wbytes + lay.exp_replicas * m.num_moe_layers * lay.expert_bytes * (
+            distinct_experts(cfg, tok / lay.exp_replicas)
+        )
+    # Attention: decode pairs (absorbed form) and prefill pairs (cheaper of the two MLA forms).
+    dec_pairs = b * pair_layers(cfg, c, q)
+    per_seq = np.where(ns > 0, n / np.maximum(ns, 1e-12), 0.0)
+    pf_pairs = ns * pair_layers(cfg, p0 + 1.0, per_seq)
+    att = (dec_pairs + pf_pairs) * m.attention_flops_per_pair()
+    if m.attention == "mla":
+        mha, up = mla_mha_forms(m)
+        pf_abs = pf_pairs * m.attention_flops_per_pair()
+        pf_mha = pf_pairs * mha + ns * (p0 + per_seq) * up * m.num_layers
+        att = att - pf_abs + np.minimum(pf_abs, pf_mha)
+    kvl = m.kv_bytes_per_token_layer(cfg.kv_precision)
+    kv = lay.kv_rep * (
+        (dec_pairs * kvl) + ns * m.kv_bytes(p0, cfg.kv_precision) + tok * cfg.kv_bytes_per_token
+    )
+    act = tok * (lay.act_attn_token_bytes + lay.act_ffn_token_bytes)
+    ep = _ep_bytes(cfg, tok)
+    su = _tp_bytes(cfg, lay, tok) + ep * lay.su_frac_ep
+    so = ep * (1.0 - lay.su_frac_ep)
+    # Roofline over all GPUs of the instance; a token's latency crosses every pipeline stage.
+    g, e, chip, sysm = lay.gpus, lay.eff, cfg.chip, cfg.system
+    f_attn = g * chip.flops_per_s(cfg.compute_precision) * e.prefill.compute
+    f_ffn = g * chip.flops_per_s(cfg.expert_compute_precision) * e.prefill.compute
+    hbm_w = g * lay.hbm_bytes_per_s * e.decode_experts.memory
+    hbm_kv = g * lay.hbm_bytes_per_s * e.decode_attention.memory
+    linear_s = np.maximum(attn_lin / f_attn + ffn_lin / f_ffn, wbytes / hbm_w)
+    attention_s = np.maximum(att / (g * lay.att_flops_per_s * e.prefill.compute), kv / hbm_kv)
+    activation_s = act / hbm_kv
+    comm_s = np.maximum(
+        su / (g * sysm.scale_up_bytes_per_s * e.communication),
+        so / (g * sysm.scale_out_bytes_per_s * e.communication),
+    )
+    fa, ff = _floor_per_pass(cfg)
+    floor_s = (fa + ff) * (tok > 0)
+    time_s = pp * (linear_s + attention_s + activation_s + comm_s) + floor_s
+    return {
+        "time_s": time_s,
+        "flops": pp * (attn_lin + ffn_lin + att),
+        "hbm_bytes": pp * (wbytes + kv + act),
+        "comm_bytes": pp * (su + so),
+        "linear_s": pp * linear_s,
+        "attention_s": pp * attention_s,
+        "activation_s": pp * activation_s,
+        "comm_s": pp * comm_s,
+        "floor_s": floor_s + 0.0 * time_s,
+    }
+
+
+def iteration_time_s(
+    cfg: ServingConfig,
+    decode_seqs,
+    decode_context_tokens,
+    prefill_tokens=0.0,
+    prefill_prefix_tokens=0.0,
+    prefill_seqs=None,
+    tokens_per_decode_seq=1.0,
+) -> np.ndarray:
+    """Seconds of one engine iteration (see :func:`iteration_cost`); arrays broadcast."""
+    return iteration_cost(
+        cfg,
+        decode_seqs,
+        decode_context_tokens,
+        prefill_tokens,
+        prefill_prefix_tokens,
+        prefill_seqs,
+        tokens_per_decode_seq,
+    )["time_s"]

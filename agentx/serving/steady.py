@@ -1,0 +1,211 @@
+"""Steady state of in-flight batching at a fixed closed-loop concurrency (the benchmark shape).
+
+InferenceX / vLLM ``benchmark_serving`` runs ``C`` clients in a closed loop: each sends a
+request of ISL random tokens (no prefix reuse), waits for all OSL output tokens, and sends
+the next at once. Lengths are drawn uniformly in [r·L, L] (r = 0.8), so their means are
+(1 + r)/2 · L. The engine (vLLM, SGLang, TRT-LLM) runs iterations over every running decode
+plus up to ``prefill_chunk_tokens`` of prefill (chunked prefill), and admits a request only
+when its KV fits.
+
+The model solves the fixed point of (all vectorised over concurrency):
+
+* admission: at most ``N_cap`` sequences hold KV (HBM left after weights, footprint model, at
+  the mean context ISL + OSL/2); ``N = min(C, N_cap)`` run, the rest wait;
+* decode: ``B`` of the running sequences decode each iteration (the others are in prefill);
+  a decode-only iteration costs ``t_d = iteration_time_s(B, ISL + OSL/2)``;
+* prefill interleaving: a mixed iteration with a chunk costs ``t_mix``; the chunk's marginal
+  cost ``t_mix − t_d`` per ``chunk`` tokens is the engine time each prompt token steals from
+  decoding, so with prefill load ``ρ = X·ISL·(t_mix − t_d)/chunk`` the time between two tokens
+  of a sequence is ``TPOT = t_d / (1 − ρ) / accepted_tokens_per_step``;
+* TTFT = admission wait (Little's law on the waiting clients, ``(C − N)/X``) + the residual of
+  the running iteration (``t_d/2``) + the M/D/1 wait for the prefill budget
+  (Pollaczek-Khinchine, utilisation ``X·ISL·t_mix/chunk``) + the prompt's own chunked passes;
+* Little's law closes the loop: ``X = N / (TTFT_service + (OSL − 1)·TPOT)``.
+
+Disaggregated serving runs prefill and decode on separate pools (``disaggregated_steady_state``):
+the decode pool never carries prefill chunks, the prefill pool is an M/D/1 server of its
+chunk throughput, and the KV moves between pools over the scale-out network (scale-up when
+one NVLink domain holds both).
+
+Speculative decoding / MTP (``Speculation``): each decode iteration verifies ``1 + d`` tokens
+per sequence and pays ``d`` draft passes of the one-layer MTP module; with per-token
+acceptance ``a`` a step yields ``(1 − a^(d+1)) / (1 − a)`` tokens on average (Leviathan et al.
+2023, eq. 1). Off by default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from agentx.catalog.types import ServingConfig
+from agentx.replay.footprint import max_resident_tokens
+from agentx.serving.iteration import iteration_cost, iteration_time_s
+
+RANGE_RATIO = 0.8  # InferenceX RANDOM_RANGE_RATIO (utils/bench_serving/benchmark_serving.py)
+ITERATIONS = 80  # fixed-point sweeps; damped, converges well before (tests check stability)
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """Speculative decoding / MTP: ``draft_tokens`` per step, per-token ``acceptance``."""
+
+    draft_tokens: int = 0
+    acceptance: float = 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        d, a = self.draft_tokens, self.acceptance
+        if d <= 0:
+            return 1.0
+        if a >= 1.0:
+            return float(d + 1)
+        return (1.0 - a ** (d + 1)) / (1.0 - a)
+
+
+def mean_length(nominal, range_ratio: float = RANGE_RATIO):
+    """Mean of lengths drawn uniformly in [r·L, L]."""
+    return np.asarray(nominal, dtype=np.float64) * (1.0 + range_ratio) / 2.0
+
+
+def kv_capacity_sequences(cfg: ServingConfig, context_tokens) -> np.ndarray:
+    """Sequences whose KV at ``context_tokens`` fits in the HBM the weights leave free."""
+    cap = max_resident_tokens(cfg, double_buffer=False)
+    return np.maximum(1.0, np.floor(cap / np.maximum(np.asarray(context_tokens, float), 1.0)))
+
+
+def _draft_s(cfg: ServingConfig, b, ctx, spec: Speculation):
+    """Draft passes of the MTP module: one transformer layer (+ LM head) per drafted token."""
+    if spec.draft_tokens <= 0:
+        return 0.0
+    one = iteration_cost(cfg, b, ctx)
+    per_layer = (one["time_s"] - one["floor_s"]) / cfg.model.num_layers + one["floor_s"] / (
+        cfg.model.num_layers
+    )
+    return spec.draft_tokens * per_layer
+
+
+def _decode_step(cfg, b, ctx, spec: Speculation):
+    q = 1.0 + max(spec.draft_tokens, 0)
+    return iteration_time_s(cfg, b, ctx, tokens_per_decode_seq=q) + _draft_s(cfg, b, ctx, spec)
+
+
+def steady_state(
+    cfg: ServingConfig,
+    concurrency,
+    isl_tokens,
+    osl_tokens,
+    *,
+    range_ratio: float = RANGE_RATIO,
+    spec: Speculation | None = None,
+) -> dict[str, np.ndarray]:
+    """Aggregated (one pool) steady state; returns arrays over ``concurrency``:
+    ``tpot_s, ttft_s, requests_per_s, output_tok_s, output_tok_s_per_gpu,
+    output_tok_s_per_user, running, decode_batch, waiting, prefill_share``."""
+    spec = spec or Speculation()
+    C = np.asarray(concurrency, dtype=np.float64)
+    isl, osl = mean_length(isl_tokens, range_ratio), mean_length(osl_tokens, range_ratio)
+    ctx = isl + osl / 2.0
+    N = np.minimum(C, kv_capacity_sequences(cfg, ctx))
+    chunk = np.minimum(float(cfg.prefill_chunk_tokens), isl)
+    passes = np.maximum(1.0, isl / chunk)
+    g = spec.tokens_per_step
+    B = N.copy()
+    tpot = ttft_svc = X = rho = np.zeros_like(C)
+    for i in range(ITERATIONS):
+        t_d = _decode_step(cfg, B, ctx, spec)
+        t_mix = t_d + (
+            iteration_time_s(cfg, B, ctx, chunk, 0.0, chunk / isl) - iteration_time_s(cfg, B, ctx)
+        )
+        per_token = (t_mix - t_d) / chunk
+        # Service of the prompt once its turn comes, and the M/D/1 wait for the chunk budget.
+        svc = passes * t_mix
+        X_est = N / np.maximum(ttft_svc + (osl - 1.0) * np.maximum(tpot, t_d / g), 1e-9)
+        u = np.minimum(X_est * isl * t_mix / chunk, 0.98)
+        wait = u / (2.0 * (1.0 - u)) * svc
+        new_ttft = t_d / 2.0 + wait + svc + cfg.system.calibrated_request_overhead_s
+        rho = np.minimum(X_est * isl * per_token, 0.98)
+        new_tpot = t_d / (1.0 - rho) / g
+        ttft_svc = 0.5 * ttft_svc + 0.5 * new_ttft if i else new_ttft
+        tpot = 0.5 * tpot + 0.5 * new_tpot if i else new_tpot
+        resid = ttft_svc + (osl - 1.0) * tpot
+        X = N / resid
+        B = np.maximum(N * (osl - 1.0) * tpot / resid, np.minimum(N, 1.0))
+    ttft = ttft_svc + np.maximum(C - N, 0.0) / X
+    out = X * osl
+    return {
+        "tpot_s": tpot,
+        "ttft_s": ttft,
+        "requests_per_s": X,
+        "output_tok_s": out,
+        "output_tok_s_per_gpu": out / cfg.gpus,
+        "output_tok_s_per_user": 1.0 / tpot,
+        "running": N,
+        "decode_batch": B,
+        "waiting": np.maximum(C - N, 0.0),
+        "prefill_share": rho,
+    }
+
+
+def disaggregated_steady_state(
+    prefill_cfg: ServingConfig,
+    prefill_workers: int,
+    decode_cfg: ServingConfig,
+    decode_workers: int,
+    concurrency,
+    isl_tokens,
+    osl_tokens,
+    *,
+    range_ratio: float = RANGE_RATIO,
+    spec: Speculation | None = None,
+) -> dict[str, np.ndarray]:
+    """Separate prefill and decode pools; per-GPU output is per DECODE GPU (InferenceX)."""
+    spec = spec or Speculation()
+    C = np.asarray(concurrency, dtype=np.float64)
+    isl, osl = mean_length(isl_tokens, range_ratio), mean_length(osl_tokens, range_ratio)
+    ctx = isl + osl / 2.0
+    chunk = np.minimum(float(prefill_cfg.prefill_chunk_tokens), isl)
+    t_chunk = iteration_time_s(prefill_cfg, 0.0, 0.0, chunk, 0.0, chunk / isl)
+    svc = np.maximum(1.0, isl / chunk) * t_chunk
+    cap_tok_s = prefill_workers * chunk / t_chunk  # prefill tokens/s of the pool
+    kv_bytes = isl * decode_cfg.kv_bytes_per_token
+    sysm = decode_cfg.system
+    both = prefill_cfg.gpus * prefill_workers + decode_cfg.gpus * decode_workers
+    link = (
+        sysm.scale_up_bytes_per_s
+        if sysm.scale_up_domain_gpus >= both
+        else sysm.scale_out_bytes_per_s
+    )
+    # Every GPU of the prefill worker sends its share of the KV in parallel.
+    xfer = kv_bytes / (prefill_cfg.gpus * link * decode_cfg.efficiencies.communication)
+    per_worker = C / decode_workers
+    N = np.minimum(per_worker, kv_capacity_sequences(decode_cfg, ctx))
+    g = spec.tokens_per_step
+    B = N.copy()
+    tpot = ttft = np.zeros_like(C)
+    for i in range(ITERATIONS):
+        t_d = _decode_step(decode_cfg, B, ctx, spec)
+        new_tpot = t_d / g
+        X_est = C / np.maximum(ttft + (osl - 1.0) * np.maximum(tpot, new_tpot), 1e-9)
+        u = np.minimum(X_est * isl / cap_tok_s, 0.98)
+        wait = u / (2.0 * (1.0 - u)) * svc
+        new_ttft = wait + svc + xfer + t_d + decode_cfg.system.calibrated_request_overhead_s
+        ttft = 0.5 * ttft + 0.5 * new_ttft if i else new_ttft
+        tpot = 0.5 * tpot + 0.5 * new_tpot if i else new_tpot
+        X = C / (ttft + (osl - 1.0) * tpot)
+        B = np.maximum(np.minimum(X / decode_workers * (osl - 1.0) * tpot, N), 1.0)
+    ttft = ttft + np.maximum(per_worker - N, 0.0) * decode_workers / X
+    out = X * osl
+    return {
+        "tpot_s": tpot,
+        "ttft_s": ttft,
+        "requests_per_s": X,
+        "output_tok_s": out,
+        "output_tok_s_per_gpu": out / (decode_cfg.gpus * decode_workers),
+        "output_tok_s_per_user": 1.0 / tpot,
+        "running": N * decode_workers,
+        "decode_batch": B,
+        "waiting": np.maximum(per_worker - N, 0.0) * decode_workers,
+        "prefill_share": u,
+    }
