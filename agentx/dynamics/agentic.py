@@ -114,8 +114,7 @@ class Instance:
 def instance_for(cfg, gpu_memory_utilization: float = 0.9, max_running: int = 256) -> Instance:
     """Size the pool as vLLM does: a ``gpu_memory_utilization`` share of HBM, less weights,
     activations and workspace, holds KV (per GPU share of a token from the layout)."""
-    from agentx.dynamics.pricing import service_pricing
-    from agentx.dynamics.service import CostModelService
+    from agentx.dynamics.pricing import iteration_pricing
     from agentx.kv.tiers import capacities_for, link_costs
     from agentx.replay.footprint import describe, footprint_per_gpu, kv_share_per_gpu
 
@@ -143,7 +142,7 @@ def instance_for(cfg, gpu_memory_utilization: float = 0.9, max_running: int = 25
         ssd_bytes=float(caps.ssd_bytes),
         dram_bytes_per_s=float(links["dram_to_hbm"][0]),
         ssd_bytes_per_s=float(min(links["ssd_to_dram"][0], links["dram_to_hbm"][0])),
-        prices=service_pricing(CostModelService(cfg), max_running),
+        prices=iteration_pricing(cfg, max_running),
     )
 
 
@@ -259,6 +258,7 @@ def simulate_users(
         users, cfg.max_running, cfg.token_budget, bs,
     )  # fmt: skip
     p[K.P_BPT], p[K.P_DRAM_BPS], p[K.P_SSD_BPS] = bpt, inst.dram_bytes_per_s, inst.ssd_bytes_per_s
+    p[K.P_FLOOR] = inst.prices.floor_s
     p[K.P_SAMPLE], p[K.P_SWAP], p[K.P_HORIZON] = (
         cfg.sample_s, float(cfg.preemption == "swap"), cfg.horizon_s,
     )  # fmt: skip
@@ -280,14 +280,14 @@ def simulate_users(
         *(pl.col(n).cast(pl.Int64) for n in TS_COLUMNS[3:5] + TS_COLUMNS[6:]),
         users=pl.lit(users, pl.Int64),
     )
-    summary = _summary(calls, tsf, inst, users, pool_blocks * bs, stats)
+    summary = _summary(calls, tsf, inst, users, pool_blocks * bs, stats, cfg.sample_s)
     summary.update(
         instance=inst.name,
         block_size_tokens=bs,
         prefix_matching=prep.note,
         evictions=int(stats[1]),
         iterations=int(stats[0]),
-        config=asdict(cfg),
+        config={k: (None if v == math.inf else v) for k, v in asdict(cfg).items()},  # strict JSON
         pricing=pr.source,
     )
     return AgenticResult(calls, tsf, summary)
@@ -312,7 +312,8 @@ def _calls_frame(prep, res, preempt, users) -> pl.DataFrame:
             "ssd_hit_tokens": res[:, K.C_HIT_S].astype(np.int64),
             "prefill_tokens": res[:, K.C_COMPUTED].astype(np.int64),
             "recomputed_tokens": np.maximum(
-                res[:, K.C_COMPUTED] - c["new_tokens"].to_numpy(), 0
+                # a fully cached prompt still computes its last token (vLLM): not a recompute
+                res[:, K.C_COMPUTED] - np.maximum(c["new_tokens"].to_numpy(), 1), 0
             ).astype(np.int64),
             "preemptions": preempt.astype(np.int64),
             "kv_loaded_bytes": res[:, K.C_LOADED_B],
@@ -326,7 +327,7 @@ def _calls_frame(prep, res, preempt, users) -> pl.DataFrame:
     )
 
 
-def _summary(f: pl.DataFrame, ts: pl.DataFrame, inst: Instance, users, pool_tokens, stats) -> dict:
+def _summary(f, ts, inst: Instance, users, pool_tokens, stats, sample_s: float) -> dict:
     done = f.filter(pl.col("done_s").is_not_null())
     span = max(float(stats[2]), 1e-9)
     q = lambda c, x: None if done[c].drop_nulls().is_empty() else float(done[c].quantile(x))  # noqa: E731
@@ -336,7 +337,8 @@ def _summary(f: pl.DataFrame, ts: pl.DataFrame, inst: Instance, users, pool_toke
     arrived = f.filter(pl.col("arrival_s").is_not_null())
     stay = (arrived["done_s"].fill_null(span) - arrived["arrival_s"]).sum()
     lam_w = float(stay) / span  # λ·W over the run
-    l_sampled = float(ts["in_system_mean"].sum()) * (span / max(ts.height, 1)) / span
+    # L from the kernel's own in-system counter, integrated over every interval
+    l_sampled = float(ts["in_system_mean"].sum()) * sample_s / span
     kv = ts["kv_usage_ratio"]
     return {
         "users": users,

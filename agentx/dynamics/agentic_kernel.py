@@ -28,8 +28,8 @@ from agentx.dynamics.pricing import fill_price
 WAIT, LOAD, PREFILL, DECODE, FINISHED = 1, 2, 3, 4, 5
 # parameter vector
 P_USERS, P_MAX_RUN, P_BUDGET, P_BLOCK, P_BPT, P_DRAM_BPS, P_SSD_BPS, P_SAMPLE = range(8)
-P_SWAP, P_HORIZON = 8, 9
-N_P = 10
+P_SWAP, P_HORIZON, P_FLOOR = 8, 9, 10
+N_P = 11
 # per-call float outputs (columns of ``res``)
 C_ARR, C_ADM, C_FIRST, C_DONE, C_HIT_G, C_HIT_D, C_HIT_S, C_COMPUTED, C_LOADED_B = range(9)
 N_C = 9
@@ -211,6 +211,8 @@ def agentic_kernel(calls, refs, prices, p, cache):
         dt = fill_dt
         if nd > 0:
             dt += KP.interp_row(dec_t, nd, ctx_grid, ctx_sum / nd)
+        elif fill_dt > 0:
+            dt += p[P_FLOOR]
         if dt <= 0.0:  # nothing to compute: jump to the next arrival or transfer
             nxt_t = hk[0] if hs > 0 else np.inf
             for m in range(nr):

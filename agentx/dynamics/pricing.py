@@ -8,10 +8,13 @@ an iteration is read from tables sampled once, so no Python runs inside the time
 * ``fill_s[a, c]``: a chunk of ``new_grid[a]`` prompt tokens onto ``prefix_grid[c]`` tokens
   already in KV (a later chunk of a long prompt sees the earlier chunks as its prefix).
 
-An iteration costs decode plus the sum of its chunks (``service_pricing``: today's
-``ServiceModel`` pricing, where a chunk bears its own weight reads as in
-``kernel_parts.fill_chunk``). Another pricing (e.g. a fused iteration model) only has to
-produce the same tables.
+An iteration costs decode plus the sum of its chunks plus ``floor_s`` when it has no decode.
+``iteration_pricing`` (the default) samples ``agentx.serving.iteration.iteration_time_s``,
+the per-iteration model ``agentx.serving`` validates against measurements, so the simulator
+and the steady-state model price a decode-only or prefill-only pass identically; in a mixed
+pass both parts read the weights (an upper bound: the fused pass reads them once).
+``service_pricing`` keeps the older ``ServiceModel`` tables, where a chunk bears its own
+weight reads as in ``kernel_parts.fill_chunk``.
 """
 
 from __future__ import annotations
@@ -35,6 +38,26 @@ class PriceTables:
     new_grid: np.ndarray
     prefix_grid: np.ndarray
     source: str
+    floor_s: float = 0.0  # per-pass floor, in decode_s but not in fill_s
+
+
+def iteration_pricing(cfg, max_batch: int) -> PriceTables:
+    """Tables from the per-iteration model of ``agentx.serving`` (decode-only passes, and
+    prefill-only passes less their per-pass floor, which the kernel adds once)."""
+    from agentx.serving.iteration import iteration_cost
+
+    b = np.arange(1, max_batch + 1, dtype=np.float64)[:, None]
+    ctx = CTX_GRID_TOKENS.astype(np.float64)
+    dec = np.zeros((max_batch + 1, ctx.size))
+    dec[1:] = iteration_cost(cfg, b, ctx[None, :])["time_s"]
+    nn, pp = np.meshgrid(NEW_GRID_TOKENS, PREFIX_GRID_TOKENS, indexing="ij")
+    pf = iteration_cost(cfg, 0.0, 0.0, nn, pp)
+    floor = float(np.max(pf["floor_s"]))
+    return PriceTables(
+        dec, ctx, np.asarray(pf["time_s"] - pf["floor_s"], dtype=np.float64),
+        NEW_GRID_TOKENS.astype(np.float64), PREFIX_GRID_TOKENS.astype(np.float64),
+        "agentx.serving.iteration", floor,
+    )  # fmt: skip
 
 
 def service_pricing(svc: ServiceModel, max_batch: int) -> PriceTables:
