@@ -92,8 +92,8 @@ def _stack_leading_hits(tr: Trace, pool_blocks: int) -> int:
     out = outcome("lru", full, [pool_blocks * bs, 0, 0])
     total = 0
     k_prev, broken = -1, False
-    for call, n, is_read, tier, read_tok in zip(
-        out.call, out.n, out.is_read, out.tier, out.read_tokens, strict=True
+    for call, is_read, tier, read_tok in zip(
+        out.call, out.is_read, out.tier, out.read_tokens, strict=True
     ):
         if call != k_prev:
             k_prev, broken = call, False
