@@ -37,7 +37,9 @@ def runs(tmp_path_factory, sample_trace) -> Path:
         ["sweep", "--hw", "gb200", "--gpus", "16", "-o", str(root / "sweep"), "-q"],
         ["simulate", str(sample_trace), "--hw", "gb200", "-o", str(root / "sim"), "-q"],
         ["kv-curve", str(sample_trace), "--hw", "gb200", "-o", str(root / "kv")],
-    ):
+        ["simulate", str(sample_trace), "--hw", "b200", "--model", "deepseek-v3", "--gpus", "8",
+         "--tp", "8", "--users", "1,2", "--max-think-s", "30", "-o", str(root / "agentic"), "-q"],
+    ):  # fmt: skip
         res = r.invoke(cli, args)
         assert res.exit_code == 0, (args, res.output)
     return root
