@@ -249,3 +249,22 @@ def test_cli_bad_users(tmp_path):
     )
     assert r.exit_code != 0
     assert r.output.strip().splitlines()[-1] == "Error: --users must be positive integers, got '0'"
+
+
+def test_charts_of_a_sweep(sample):
+    from agentx.analysis import charts
+
+    cfg = A.AgenticConfig(max_think_s=30.0)
+    parts = []
+    for off in ("none", "dram"):
+        calls, ts, table, _ = A.sweep(sample, INST, [1, 3], dataclasses.replace(cfg, offload=off))
+        parts.append(table.with_columns(offload=pl.lit(off)))
+    sweep = pl.concat(parts)
+    for chart in (
+        charts.kv_usage_over_time(ts),
+        charts.hit_ratio_vs_users(sweep),
+        charts.throughput_ttft_vs_users(sweep),
+    ):
+        spec = chart.to_dict()
+        assert spec["data"] or spec.get("datasets")
+    assert charts.hit_ratio_vs_users(sweep).to_dict()["encoding"]["color"]["field"] == "offload"
