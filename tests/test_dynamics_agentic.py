@@ -268,3 +268,28 @@ def test_charts_of_a_sweep(sample):
         spec = chart.to_dict()
         assert spec["data"] or spec.get("datasets")
     assert charts.hit_ratio_vs_users(sweep).to_dict()["encoding"]["color"]["field"] == "offload"
+
+
+def test_cli_pool_too_small_is_one_line(tmp_path):
+    r = CliRunner().invoke(
+        cli,
+        [
+            "simulate", str(SAMPLE), "--hw", "b200", "--model", "deepseek-v3", "--gpus", "4",
+            "--tp", "4", "--weight-precision", "fp4", "--gpu-memory-utilization", "0.53",
+            "--users", "2", "-q", "-o", str(tmp_path / "x"),
+        ],
+    )  # fmt: skip
+    assert r.exit_code == 1
+    assert r.output.strip() == (
+        "Error: call trace_0707#22 needs 6.3 GB of KV (157,172 + 32 tokens) but the HBM pool "
+        "of 4 × b200 (tp 4, ep 4, fp4) holds 3.3 GB: short by 3.0 GB"
+    )
+
+
+def test_timeseries_hit_ratios(sample):
+    r = A.simulate_users(sample, INST, 2, A.AgenticConfig(max_think_s=30.0))
+    ts = r.timeseries.filter(pl.col("queried_tokens") > 0)
+    assert ts.height > 0
+    ratio = ts["gpu_hit_tokens"] / ts["queried_tokens"]
+    assert (ts["gpu_prefix_hit_ratio"] - ratio).abs().max() < 1e-12
+    assert r.timeseries.filter(pl.col("queried_tokens") == 0)["gpu_prefix_hit_ratio"].null_count() == r.timeseries.filter(pl.col("queried_tokens") == 0).height  # fmt: skip

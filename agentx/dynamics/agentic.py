@@ -280,6 +280,11 @@ def simulate_users(
         *(pl.col(n).cast(pl.Int64) for n in TS_COLUMNS[3:5] + TS_COLUMNS[6:]),
         users=pl.lit(users, pl.Int64),
     )
+    q = pl.col("queried_tokens")
+    tsf = tsf.with_columns(
+        gpu_prefix_hit_ratio=pl.when(q > 0).then(pl.col("gpu_hit_tokens") / q),
+        offload_hit_ratio=pl.when(q > 0).then(pl.col("offload_hit_tokens") / q),
+    )
     summary = _summary(calls, tsf, inst, users, pool_blocks * bs, stats, cfg.sample_s)
     summary.update(
         instance=inst.name,
