@@ -132,7 +132,7 @@ def agentic_kernel(calls, refs, prices, p, cache):
                         nr -= 1
                         wh = _preempt(v, swap, cache, refs, spans, kv, anon, phase, swapped,
                                       preempt, res, p, wq, wh, cap)  # fmt: skip
-                        if swap:
+                        if swapped[v]:
                             link_free = max(t, link_free) + kv[v] * p[P_BPT] / p[P_DRAM_BPS]
                         acc[T_PREEMPT] += 1
                         blocked = -1
@@ -281,7 +281,7 @@ def _preempt(v, swap, cache, refs, spans, kv, anon, phase, swapped, preempt, res
     PC.unpin_call(st, loc, ref, prv, nxt, refs, spans[v], anon[v])
     anon[v] = 0
     preempt[v] += 1
-    if swap:
+    if swap and phase[v] == DECODE:  # a prompt still being filled is recomputed instead
         swapped[v] = True
         res[v, C_LOADED_B] += kv[v] * p[P_BPT]  # the copy out; the copy back is charged on return
     phase[v] = WAIT
