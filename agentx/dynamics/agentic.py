@@ -69,7 +69,7 @@ SUMMARY_COLUMNS = (
 @dataclass(frozen=True)
 class AgenticConfig:
     max_running: int = 256  # sequences in flight (vLLM max_num_seqs)
-    token_budget: int = 8192  # tokens per iteration, decodes + prefill chunks
+    token_budget: int = 4096  # tokens per iteration, decodes + prefill chunks (--chunk-tokens)
     preemption: str = "recompute"
     offload: str = "none"
     think_scale: float = 1.0
