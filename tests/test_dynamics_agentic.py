@@ -293,3 +293,30 @@ def test_timeseries_hit_ratios(sample):
     ratio = ts["gpu_hit_tokens"] / ts["queried_tokens"]
     assert (ts["gpu_prefix_hit_ratio"] - ratio).abs().max() < 1e-12
     assert r.timeseries.filter(pl.col("queried_tokens") == 0)["gpu_prefix_hit_ratio"].null_count() == r.timeseries.filter(pl.col("queried_tokens") == 0).height  # fmt: skip
+
+
+def test_one_call_is_priced_as_agentx_serving_prices_its_iterations():
+    """The simulator and the per-iteration model (agentx.serving.iteration) agree: one call
+    alone takes its prefill chunks and then one decode pass per token (tables interpolate)."""
+    from agentx.serving.iteration import iteration_time_s
+
+    n_in, n_out, budget = 10_000, 6, 4096
+    df = pl.DataFrame(
+        {
+            "session_id": ["s"], "call_index": [0], "t_start_s": [0.0],
+            "input_tokens": [n_in], "reused_prefix_tokens": [0], "new_tokens": [n_in],
+            "output_tokens": [n_out], "think_time_s": [None], "agent_id": [None],
+            "is_compaction": [False], "shared_prefix_tokens": [0], "block_size_tokens": [None],
+            "block_hashes": [None], "trigger": ["user"], "model": [None], "source": ["test"],
+        }
+    )  # fmt: skip
+    from agentx.traces.schema import conform
+
+    tr = Trace(conform(df), {})
+    r = A.simulate_users(A.prepare(tr), INST, 1, A.AgenticConfig(token_budget=budget))
+    c = r.calls.row(0, named=True)
+    chunks = [(0, 4096), (4096, 4096), (8192, n_in - 8192)]
+    ttft = sum(float(iteration_time_s(CFG, 0, 0, n, p)) for p, n in chunks)
+    steps = [float(iteration_time_s(CFG, 1, n_in + k)) for k in range(1, n_out)]
+    assert c["ttft_s"] == pytest.approx(ttft, rel=0.03)
+    assert c["done_s"] - c["first_token_s"] == pytest.approx(sum(steps), rel=0.03)
