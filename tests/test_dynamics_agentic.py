@@ -320,3 +320,24 @@ def test_one_call_is_priced_as_agentx_serving_prices_its_iterations():
     steps = [float(iteration_time_s(CFG, 1, n_in + k)) for k in range(1, n_out)]
     assert c["ttft_s"] == pytest.approx(ttft, rel=0.03)
     assert c["done_s"] - c["first_token_s"] == pytest.approx(sum(steps), rel=0.03)
+
+
+def test_shared_system_and_tool_prefix_is_stored_once():
+    """Two sessions whose prompts start with the same 3,200-token system + tool prefix: the
+    pool caches its 50 blocks once (100 + 50 blocks, not 200)."""
+    df = pl.DataFrame(
+        {
+            "session_id": ["a", "b"], "call_index": [0, 0], "t_start_s": [0.0, 1.0],
+            "input_tokens": [6400, 6400], "reused_prefix_tokens": [0, 0],
+            "new_tokens": [6400, 6400], "output_tokens": [1, 1], "think_time_s": [None, None],
+            "agent_id": [None, None], "is_compaction": [False, False],
+            "shared_prefix_tokens": [3200, 3200], "block_size_tokens": [None, None],
+            "block_hashes": [None, None], "trigger": ["user", "user"], "model": [None, None],
+            "source": ["test", "test"],
+        }
+    )  # fmt: skip
+    from agentx.traces.schema import conform
+
+    prep = A.prepare(Trace(conform(df), {}))
+    r = A.simulate_users(prep, INST, 2, pool_blocks=1000)
+    assert r.timeseries["kv_cached_ratio"][-1] * 1000 == pytest.approx(150)
