@@ -341,3 +341,13 @@ def test_shared_system_and_tool_prefix_is_stored_once():
     prep = A.prepare(Trace(conform(df), {}))
     r = A.simulate_users(prep, INST, 2, pool_blocks=1000)
     assert r.timeseries["kv_cached_ratio"][-1] * 1000 == pytest.approx(150)
+
+
+def test_cli_open_loop_options_are_refused_with_users(tmp_path):
+    r = CliRunner().invoke(
+        cli,
+        ["simulate", str(SAMPLE), "--hw", "b200", "--users", "2", "--policy", "pi",
+         "-o", str(tmp_path / "x")],
+    )  # fmt: skip
+    assert r.exit_code == 2
+    assert r.output.strip() == "Error: --policy applies to the open-loop mode, not to --users"

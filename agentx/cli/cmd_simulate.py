@@ -193,6 +193,13 @@ def command(
     if users is not None:
         from agentx.cli.simulate_agentic import run_agentic
 
+        open_loop = (("--policy", policy != "greedy"), ("--fill-gpus", fill_gpus is not None),
+                     ("--resize-pools", resize_pools), ("--tpot-target-s", tpot_target_s != 0.0),
+                     ("--max-wait-s", max_wait_s != math.inf))  # fmt: skip
+        for name, given in open_loop:
+            if given:
+                raise UsageError(f"{name} applies to the open-loop mode, not to --users")
+
         run_agentic(
             trace, hw, model_name, gpus, users, catalog_files, run_dir, as_json, quiet,
             max_batch=max_batch, chunk_tokens=chunk_tokens, sample_s=sample_s,
