@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from agentx.catalog.types import ChipSpec, ModelSpec, SystemSpec
+from agentx.catalog.types import WEIGHT_FORMATS, ChipSpec, ModelSpec, SystemSpec
 from agentx.errors import CatalogError, UnknownNameError, did_you_mean
 
 KINDS = ("chips", "systems", "models")
@@ -41,7 +41,11 @@ _ZERO_DEFAULTS = {
         "dense_intermediate_size",
     ),
 }
-_CHOICES = {("models", "attention"): ("gqa", "mla")}
+_CHOICES = {
+    ("models", "attention"): ("gqa", "mla"),
+    ("models", "ships_weight_precision"): WEIGHT_FORMATS,
+    ("models", "ships_expert_precision"): WEIGHT_FORMATS,
+}
 _POSITIVE = {
     "chips": ("hbm_bytes", "hbm_bytes_per_s", "bf16_flops_per_s"),
     "systems": ("gpus_per_node", "scale_up_domain_gpus", "scale_up_bytes_per_s"),

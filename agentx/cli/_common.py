@@ -100,20 +100,59 @@ def output_file_option(help: str):
 
 
 def precision_option(what: str):
-    """``--weight-precision`` / ``--kv-precision`` (BF16, FP8 or FP4 with its block scales)."""
-    from agentx.catalog.types import PRECISIONS
+    """``--weight-precision`` / ``--expert-precision`` / ``--kv-precision``.
+
+    Weights take a stored format (bf16, fp8, the generic fp4, nvfp4 4.5 b, mxfp4 4.25 b,
+    int4 W4A16 4.5 b); ``--expert-precision`` sets the routed experts apart (default: the
+    weight format); KV is bf16, fp8 or fp4.
+    """
+    from agentx.catalog.types import PRECISIONS, WEIGHT_FORMATS
 
     helps = {
-        "weight": "Bytes per weight: bf16 2, fp8 1, fp4 0.53 (with block scales).",
+        "weight": "Attention/dense weight format: bf16 2 B, fp8 1 B, fp4 0.53 B, nvfp4 4.5 b, "
+        "mxfp4 4.25 b, int4 (W4A16, BF16 math) 4.5 b per weight.",
+        "expert": "Routed-expert weight format (same choices; default: --weight-precision).",
         "kv": "Bytes per KV element: bf16 2, fp8 1 (MLA: FlashMLA's 656 B per layer), fp4 0.53.",
     }
+    choices = PRECISIONS if what == "kv" else WEIGHT_FORMATS
     return click.option(
         f"--{what}-precision",
-        type=click.Choice(PRECISIONS),
-        default="fp8",
-        show_default=True,
+        type=click.Choice(choices),
+        default=None if what == "expert" else "fp8",
+        show_default=what != "expert",
         help=helps[what],
     )
+
+
+def layout_options(f):
+    """``--tp --ep --pp --dp-attention/--tp-attention`` and the three precision options, with
+    the parameter names ``make_config`` takes (for commands that build a deployment)."""
+    for opt in reversed(
+        [
+            click.option(
+                "--tp",
+                type=int,
+                help="Tensor-parallel ranks of attention (default 8, or 1 with DP attention).",
+            ),
+            click.option(
+                "--ep",
+                type=int,
+                help="Expert-parallel ranks (default: all GPUs of a pipeline stage).",
+            ),
+            click.option("--pp", type=int, default=1, show_default=True, help="Pipeline stages."),
+            click.option(
+                "--dp-attention/--tp-attention",
+                "dp_attention",
+                default=None,
+                help="Data-parallel attention (default for MLA models) or tensor-parallel attention.",
+            ),
+            precision_option("weight"),
+            precision_option("expert"),
+            precision_option("kv"),
+        ]
+    ):
+        f = opt(f)
+    return f
 
 
 pools_option = click.option(

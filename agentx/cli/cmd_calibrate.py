@@ -44,11 +44,12 @@ def command(points, systems, no_cv, output, catalog_files, as_json) -> None:
         overlay_toml,
     )
     from agentx.serving.points import read_points
-    from agentx.serving.validate import model_point
+    from agentx.serving.validate import check_points, model_point
 
     ensure_distinct(output, [points, *catalog_files])
     cat = load_catalog(catalog_files)
     pts, _ = read_points(points, cat)
+    check_points(points, cat, pts)
     hws = list(systems) or None
     if hws:
         for hw in hws:

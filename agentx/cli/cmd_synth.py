@@ -51,18 +51,91 @@ DEFAULT_SESSIONS = 100
     type=click.Path(dir_okay=False, path_type=Path),
     help="Fit the distributions to this canonical trace and report how close the fit is.",
 )
+@click.option(
+    "--isl",
+    "isl_tokens",
+    type=int,
+    help="Benchmark shape: nominal input length; each request draws uniformly in [0.8·ISL, ISL].",
+)
+@click.option(
+    "--osl",
+    "osl_tokens",
+    type=int,
+    help="Benchmark shape: nominal output length, drawn uniformly in [0.8·OSL, OSL].",
+)
+@click.option(
+    "--concurrency",
+    type=int,
+    help="Benchmark shape: closed-loop clients (each sends its next request when one ends).",
+)
+@click.option(
+    "--requests",
+    type=int,
+    help="Benchmark shape: requests in all [default 10 × concurrency, as InferenceX].",
+)
 @json_option
-def command(output, sessions, calls, seed, rate_per_s, context_limit_tokens, like, as_json) -> None:
+def command(
+    output,
+    sessions,
+    calls,
+    seed,
+    rate_per_s,
+    context_limit_tokens,
+    like,
+    isl_tokens,
+    osl_tokens,
+    concurrency,
+    requests,
+    as_json,
+) -> None:
     """Generate agentic sessions: context growth, outputs, think times, sub-agents, compaction.
 
     Distributions default to the Weka Claude Code statistics (shared/traces/SOURCES.md §2); with
     --like they are fitted to a real trace and a real-vs-synthetic table (p50/p90/p99 and
-    the Kolmogorov–Smirnov distance) is printed.
+    the Kolmogorov–Smirnov distance) is printed. With --isl/--osl/--concurrency it writes the
+    benchmark shape the public harnesses measure instead: random prompts (no prefix reuse),
+    closed-loop clients (docs/validation.md).
     """
     from agentx.io import ensure_distinct
     from agentx.traces.fit import fit_params, fit_report, share_report
     from agentx.traces.io import read_trace, write_trace
     from agentx.traces.synth import SynthParams, synthesize
+
+    bench = {"--isl": isl_tokens, "--osl": osl_tokens, "--concurrency": concurrency}
+    if any(v is not None for v in (*bench.values(), requests)):
+        missing = [k for k, v in bench.items() if v is None]
+        if missing:
+            raise UsageError(f"the benchmark shape needs {', '.join(missing)} as well")
+        clash = [
+            k
+            for k, v in (
+                ("--sessions", sessions),
+                ("--calls", calls),
+                ("--rate-per-s", rate_per_s),
+                ("--context-limit-tokens", context_limit_tokens),
+                ("--like", like),
+            )
+            if v is not None
+        ]
+        if clash:
+            raise UsageError(f"{clash[0]} does not apply to the benchmark shape (--isl/--osl)")
+        from agentx.traces.synth_bench import synthesize_benchmark
+
+        started = time.perf_counter()
+        trace = synthesize_benchmark(
+            isl_tokens, osl_tokens, concurrency, requests=requests, seed=seed
+        )
+        write_trace(trace, output)
+        summary = _summary(trace.calls, output, time.perf_counter() - started)
+        if as_json:
+            emit_json({"summary": summary})
+        else:
+            print_table(
+                pl.DataFrame(
+                    {"quantity": list(summary), "value": [str(v) for v in summary.values()]}
+                )
+            )
+        return
 
     if sessions is not None and calls is not None:
         raise UsageError("use --sessions or --calls, not both")

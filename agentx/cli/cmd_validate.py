@@ -52,10 +52,11 @@ def command(points, acceptance, draft_tokens, catalog_files, as_json) -> None:
     from agentx.catalog import load_catalog
     from agentx.serving.points import read_points
     from agentx.serving.steady import Speculation
-    from agentx.serving.validate import summary, validate_points
+    from agentx.serving.validate import check_points, summary, validate_points
 
     cat = load_catalog(catalog_files)
     pts, skipped = read_points(points, cat)
+    check_points(points, cat, pts)
     spec = Speculation(draft_tokens, acceptance) if acceptance is not None else None
     recs, more = validate_points(cat, pts, spec)
     skipped = sorted(skipped + more, key=lambda s: s["row"])

@@ -15,17 +15,27 @@ import numpy as np
 from agentx.catalog.types import ServingConfig
 from agentx.errors import UsageError
 from agentx.replay.footprint import max_resident_tokens
-from agentx.replay.stages import decode_attention_step, decode_experts_step
+from agentx.replay.stages import _floor_per_pass, decode_attention_step, decode_experts_step
 
 MAX_BATCH = 8192  # candidates 1..MAX_BATCH sequences per decode step of the instance
 
 
 def decode_step_time_s(cfg: ServingConfig, batch, context_tokens: float) -> np.ndarray:
-    """Time of one decode step of the instance (attention + experts) for each batch size."""
-    b = np.asarray(batch, dtype=np.float64)
+    """Time between two tokens of one sequence (attention + experts) for each batch size.
+
+    The stage closed forms give instance-seconds (work spread over every GPU). A token,
+    though, crosses every pipeline stage in turn: with ``pp`` stages the batch runs as ``pp``
+    micro-batches, each stage does 1/pp of the layers on gpus/pp GPUs, so a token waits
+    ``pp × T(batch/pp)`` (micro-batches of at least one sequence) (kernel floors once: each layer is crossed once). Weights are read
+    once per micro-batch, so at a fixed batch more stages never make a step shorter.
+    """
+    pp = float(cfg.pp)
+    batch = np.asarray(batch, dtype=np.float64)
+    b = batch / np.clip(batch, 1.0, pp)  # micro-batches of at least one sequence
     att = decode_attention_step(cfg, b, b * float(context_tokens))
     exp = decode_experts_step(cfg, b)
-    return np.asarray(att["time_s"] + exp["time_s"], dtype=np.float64)
+    floors = sum(_floor_per_pass(cfg))
+    return np.asarray(pp * (att["time_s"] + exp["time_s"] - floors) + floors, dtype=np.float64)
 
 
 def batch_for_interactivity(

@@ -84,6 +84,13 @@ class Params(NamedTuple):
     att_replicas: float
     d_chunk: float  # distinct experts touched by a packed pass
     exp_step_time: float
+    # Latency across pipeline stages (docs/metrics.md "What a time means"): a token crosses
+    # every stage; the decode batch runs as mb = min(pp, B) micro-batches of B/mb sequences.
+    pp: float
+    micro_batch: float  # B / mb sequences per micro-batch
+    att_w_micro: float  # attention weights per sequence of a micro-batch
+    exp_step_micro: float  # decode-experts step of one micro-batch, without its floors
+    floors_step: float  # launch floors of one decode step (attention + FFN), paid once
 
 
 @functools.lru_cache(maxsize=32)
@@ -105,6 +112,8 @@ def params(cfg: ServingConfig) -> tuple[Params, np.ndarray, np.ndarray]:
     xfer_su = xfer and cfg.system.scale_up_domain_gpus >= 2 * cfg.gpus
     b = float(cfg.decode_batch)
     step = decode_experts_step(cfg, b)
+    micro = b / min(float(cfg.pp), max(b, 1.0))
+    exp_micro = float(decode_experts_step(cfg, micro)["time_s"]) - ff
     p = Params(
         n_layers=m.num_layers,
         n_global=m.num_global_layers,
@@ -155,6 +164,11 @@ def params(cfg: ServingConfig) -> tuple[Params, np.ndarray, np.ndarray]:
         att_replicas=float(lay.att_replicas),
         d_chunk=float(dtab[-1]),
         exp_step_time=float(step["time_s"]),
+        pp=float(cfg.pp),
+        micro_batch=micro,
+        att_w_micro=min(lay.att_replicas, micro) * lay.attn_weight_bytes / micro,
+        exp_step_micro=exp_micro,
+        floors_step=fa + ff,
     )
     per_token = np.array([float(step[k]) / b for k in KEYS])
     return p, dtab, per_token
@@ -212,14 +226,15 @@ def _fill(q, dtab, n, p):
 
 
 @numba.njit(cache=True, inline="always", error_model="numpy", fastmath=True)
-def _decode_att(q, steps, start):
-    """(time, lin, att, weights, kv_r, kv_w, act, su) of ``steps`` decode steps from ``start``."""
+def _decode_att(q, steps, start, w_tok):
+    """(time, lin, att, weights, kv_r, kv_w, act, su) of ``steps`` decode steps from ``start``,
+    bearing ``w_tok`` attention-weight bytes per step (the replicas' read / sequences)."""
     pairs = _pairs(q, start, steps)
     att = pairs * q.att_pair
     kv_r = pairs * q.kv_rep * q.kv_layer_b
     kv_w = steps * q.kv_rep * q.kv_token_b
     lin = steps * q.att_lin_token
-    w = steps * q.att_w_tok
+    w = steps * w_tok
     act = steps * q.act_att
     su = steps * q.tp_token
     im = q.imem_da
@@ -251,7 +266,7 @@ def _one(q, dtab, exp_tok, n, p, m, xt, xe, buf, j, acc):
         buf[5 * r + 3, j] = hbm * on
         buf[5 * r + 4, j] = (su + so) * on
     ctx = n + p
-    ta, lin, att, w, kv_r, kv_w, act, su = _decode_att(q, m, ctx)
+    ta, lin, att, w, kv_r, kv_w, act, su = _decode_att(q, m, ctx, q.att_w_tok)
     hbm = w + kv_r + kv_w + act
     ea = q.static * ta + q.e_lin * lin + q.e_att * att + q.e_hbm * hbm + q.e_su * su
     vals = (ta, lin + att, hbm, w, kv_r, kv_w, act, su, su, 0.0, ea)
@@ -261,9 +276,12 @@ def _one(q, dtab, exp_tok, n, p, m, xt, xe, buf, j, acc):
     buf[10, j], buf[11, j], buf[12, j], buf[13, j], buf[14, j] = ta, ea, lin + att, hbm, su
     for r, k in ((15, K_TIME), (16, K_ENERGY), (17, K_FLOPS), (18, K_HBM), (19, K_COMM)):
         buf[r, j] = m * exp_tok[k]
-    step = _decode_att(q, 1.0, ctx + max(m - 1.0, 0.0) * 0.5)[0] * q.batch
-    buf[20, j] = t_alone * q.att_replicas
-    buf[21, j] = m * (step + q.exp_step_time)
+    one = _decode_att(q, 1.0, ctx + max(m - 1.0, 0.0) * 0.5, q.att_w_micro)[0]
+    att_micro = (one - q.floor_att_tok) * q.micro_batch
+    # The fill's chunks stream through the pp stages: (chunks + pp - 1) stage times.
+    k = max(np.ceil(n / q.chunk), 1.0)
+    buf[20, j] = t_alone * q.att_replicas * (k + q.pp - 1.0) / k
+    buf[21, j] = m * (q.pp * (att_micro + q.exp_step_micro) + q.floors_step)
     buf[22, j] = e + ea + m * exp_tok[K_ENERGY]
 
 

@@ -15,8 +15,12 @@ Physics, per forward pass of the whole instance (COST-MODEL.md §3-4):
 * Attention: decode token ``j`` of a sequence at context ``c`` attends to ``c + j`` tokens and
   reads their KV; a prefill chunk attends to its prefix and to itself (causal).
 * Communication: TP all-reduce per layer, EP dispatch/combine per MoE layer.
-* Pipeline parallelism (``pp`` stages): the batch runs as ``pp`` micro-batches so every stage is
-  busy, and a token crosses every stage in turn. A stage does 1/pp of the layers on
+* Grouped-GEMM tile padding: each touched expert's rows are padded to the 64-row MMA tile,
+  so short prompts (few tokens per expert) pay more math per token than long ones.
+* Expert-parallel load imbalance: the busiest rank's share of the routed assignments (expected
+  maximum of ``ep`` binomial counts) paces the expert GEMMs.
+* Pipeline parallelism (``pp`` stages): the batch runs as ``min(pp, sequences)`` micro-batches
+  (a sequence is never split), and a token crosses every stage in turn. A stage does 1/pp of the layers on
   ``gpus/pp`` GPUs, so the time a token waits between two of its iterations is
   ``pp × roofline(work of one micro-batch over all gpus)``. Weights are re-read by every
   micro-batch: adding stages never shortens an iteration at a fixed batch (the "bubble" cost
@@ -40,6 +44,8 @@ from agentx.replay.stages import (
     mla_mha_forms,
     pair_layers,
 )
+
+MMA_M = 64.0  # rows per tensor-core MMA issue (wgmma m64 / tcgen05 M=64)
 
 
 def _a(x) -> np.ndarray:
@@ -69,18 +75,37 @@ def iteration_cost(
     """
     lay, m = layout(cfg), cfg.model
     pp = float(cfg.pp)
-    b = _a(decode_seqs) / pp  # one micro-batch
+    b, n = _a(decode_seqs), _a(prefill_tokens)
     c = _a(decode_context_tokens)
     q = _a(tokens_per_decode_seq)
-    n = _a(prefill_tokens) / pp
     p0 = _a(prefill_prefix_tokens)
-    ns = (n > 0).astype(np.float64) if prefill_seqs is None else _a(prefill_seqs) / pp
+    ns = (n > 0).astype(np.float64) if prefill_seqs is None else _a(prefill_seqs)
     ns = np.minimum(ns, n)
+    # pp micro-batches in flight, none smaller than one sequence (fewer leave stages idle).
+    micro = np.clip(b + ns, 1.0, pp)
+    b, n, ns = b / micro, n / micro, ns / micro
     dec_tok = b * q
     tok = dec_tok + n
     # Linear layers, attention side and FFN side on their own datapaths.
     attn_lin = 2.0 * tok * lay.attn_linear_params + 2.0 * (dec_tok + ns) * lay.head_params
     ffn_lin = 2.0 * tok * lay.ffn_linear_params
+    if m.is_moe:
+        # Grouped GEMMs pad each expert's rows to the tensor-core tile: Hopper's wgmma and
+        # Blackwell's tcgen05.mma issue M = 64 rows at a time (PTX ISA, "wgmma.mma_async"
+        # shapes m64nNk*), so an expert holding M tokens costs ceil(M/64)·64 rows of math.
+        touched = lay.exp_replicas * distinct_experts(cfg, tok / lay.exp_replicas)
+        rows = tok * m.experts_per_token / np.maximum(touched, 1e-12)
+        pad = np.where(rows > 0, np.ceil(rows / MMA_M) * MMA_M / np.maximum(rows, 1e-12), 1.0)
+        ffn_lin = ffn_lin + 2.0 * tok * m.active_routed_params * (pad - 1.0)
+    if m.is_moe and cfg.ep > 1:
+        # The busiest expert-parallel rank sets the pace of the grouped GEMMs. Under balanced
+        # random routing each rank receives Binomial(tokens·k, 1/ep) assignments; the expected
+        # maximum of ep such counts is about μ + σ·sqrt(2 ln ep) (Gumbel limit of Gaussian
+        # order statistics). A lower bound: real routing is skewed (routing_skew).
+        mu = np.maximum(tok * m.experts_per_token / cfg.ep, 1e-12)
+        imb = 1.0 + np.sqrt(2.0 * np.log(cfg.ep) * (1.0 - 1.0 / cfg.ep) / mu)
+        imb = np.minimum(imb, float(cfg.ep))
+        ffn_lin = ffn_lin + 2.0 * tok * m.active_routed_params * (imb - 1.0)
     active = np.minimum(lay.att_replicas, b + ns)  # attention replicas with any work
     wbytes = active * (lay.attn_weight_bytes + lay.ffn_weight_bytes + lay.head_weight_bytes)
     if m.is_moe:

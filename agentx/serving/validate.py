@@ -98,6 +98,24 @@ def deployment_for(catalog, p: Point, spec: Speculation | None = None) -> Deploy
     )
 
 
+def check_points(path, catalog, points: list[Point]) -> None:
+    """Every row's layout must be one agentx can build; else one line naming file, row, field."""
+    from agentx.errors import AgentxError, InputError
+
+    for p in points:
+        try:
+            deployment_for(catalog, p)
+        except AgentxError as err:
+            msg = str(err).replace("--", "")
+            w = p.worker or p.decode
+            raise InputError(
+                path,
+                f"tp{w.tp} ep{w.ep} on {w.gpus} GPUs cannot be served: {msg}",
+                row=p.row,
+                field="parallelism",
+            ) from None
+
+
 def model_point(catalog, p: Point, spec: Speculation | None = None) -> dict[str, float]:
     """Modelled metrics of one measured point (same names and units as the CSV)."""
     d = deployment_for(catalog, p, spec)
