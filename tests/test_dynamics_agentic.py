@@ -237,6 +237,14 @@ def test_cli_sweep_json_and_one_run(tmp_path):
         "tpot_p50_s", "output_tok_s", "total_tok_s", "preemptions",
     ):  # fmt: skip
         assert key in rows[0]
+    again = tmp_path / "again"
+    r2 = _cli(
+        "simulate", SAMPLE, "--hw", "b200", "--model", "deepseek-v3", "--gpus", "8",
+        "--tp", "8", "--users", "1,2", "--max-think-s", "30", "--json", "-q", "-o", again,
+    )  # fmt: skip
+    assert r2.output == r.output
+    for name in ("agentic_calls", "agentic_timeseries", "agentic_sweep"):
+        assert (out / f"{name}.parquet").read_bytes() == (again / f"{name}.parquet").read_bytes()
     sweep = pl.read_parquet(out / "agentic_sweep.parquet")
     assert sweep["users"].to_list() == [1, 2]
     calls = pl.read_parquet(out / "agentic_calls.parquet")
