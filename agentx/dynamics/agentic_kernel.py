@@ -165,7 +165,9 @@ def agentic_kernel(calls, refs, prices, p, cache):
                 break
             i = wq[wh % cap]
             g, d, s_ = PC.lookup(refs, reads[i, 0], reads[i, 1], loc)
-            target = inp[i] if gen[i] == 0 else inp[i] + gen[i] - 1
+            # tokens whose KV it needs: the prompt; after a preemption also the tokens generated
+            # so far (recompute feeds them all; a swapped one still lacks its last token's KV)
+            target = inp[i] + gen[i] - (1 if swapped[i] and gen[i] > 0 else 0)
             extra = max(0, (target + bs - 1) // bs - nblk[i])
             if not PC.pin_call(st, loc, ref, prv, nxt, refs, spans[i], extra):
                 blocked = room
