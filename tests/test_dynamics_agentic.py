@@ -359,3 +359,25 @@ def test_cli_open_loop_options_are_refused_with_users(tmp_path):
     )  # fmt: skip
     assert r.exit_code == 2
     assert r.output.strip() == "Error: --policy applies to the open-loop mode, not to --users"
+
+
+@given(
+    trace_objects(max_sessions=5, with_hashes=True),
+    st.integers(1, 6),
+    st.floats(1.0, 3.0),
+    st.sampled_from(A.OFFLOAD),
+    st.sampled_from(A.PREEMPTION),
+)
+@FAST
+def test_tight_pools_never_lose_calls_or_overfill(tr, users, scale, offload, preemption):
+    prep = A.prepare(tr)
+    bs = prep.block_size_tokens
+    c = tr.calls
+    need = int((-(-(c["input_tokens"] + c["output_tokens"]) // bs)).max())
+    cfg = A.AgenticConfig(offload=offload, preemption=preemption, max_think_s=5.0)
+    r = A.simulate_users(prep, INST, users, cfg, pool_blocks=max(1, int(need * scale)))
+    _accounted(r)
+    assert r.summary["littles_law_rel_error"] < 1e-6
+    assert (r.calls["gpu_hit_tokens"] <= r.calls["reused_prefix_tokens"]).all()
+    hits = r.calls["gpu_hit_tokens"] + r.calls["dram_hit_tokens"] + r.calls["ssd_hit_tokens"]
+    assert (hits <= r.calls["reused_prefix_tokens"]).all()
