@@ -381,3 +381,17 @@ def test_tight_pools_never_lose_calls_or_overfill(tr, users, scale, offload, pre
     assert (r.calls["gpu_hit_tokens"] <= r.calls["reused_prefix_tokens"]).all()
     hits = r.calls["gpu_hit_tokens"] + r.calls["dram_hit_tokens"] + r.calls["ssd_hit_tokens"]
     assert (hits <= r.calls["reused_prefix_tokens"]).all()
+
+
+def test_open_loop_mode_honours_the_layout_flags(tmp_path):
+    """The layout options are replay's (cli/_common.layout_options) in both modes."""
+    caps = {}
+    for prec in ("fp8", "fp4"):
+        r = _cli(
+            "simulate", SAMPLE, "--hw", "b200", "--model", "deepseek-v3", "--gpus", "8",
+            "--tp", "8", "--weight-precision", prec, "--pools", "aggregated", "--json", "-q",
+            "-o", tmp_path / prec,
+        )  # fmt: skip
+        assert r.exit_code == 0, r.output
+        caps[prec] = json.loads(r.output)["kv_capacity_tokens"]
+    assert caps["fp4"] > 1.3 * caps["fp8"]  # FP4 weights leave more HBM for KV

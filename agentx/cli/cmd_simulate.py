@@ -12,9 +12,9 @@ from agentx.cli._common import (
     emit_json,
     hw_option,
     json_option,
+    layout_options,
     model_option,
     pools_option,
-    precision_option,
     print_table,
     quiet_option,
     run_dir_option,
@@ -124,10 +124,7 @@ from agentx.dynamics.agentic import OFFLOAD, PREEMPTION
     help="--users: share of HBM the server may use; KV gets what weights, activations and "
     "workspace leave of it (vLLM's flag).",
 )
-@click.option("--tp", type=int, help="--users: tensor-parallel ranks of attention (as replay).")
-@click.option("--ep", type=int, help="--users: expert-parallel ranks (as replay).")
-@precision_option("weight")
-@precision_option("kv")
+@layout_options
 @catalog_option
 @run_dir_option(
     "sim_calls, sim_timeseries (--users: agentic_calls, agentic_timeseries, agentic_sweep)",
@@ -158,7 +155,10 @@ def command(
     gpu_memory_utilization,
     tp,
     ep,
+    pp,
+    dp_attention,
     weight_precision,
+    expert_precision,
     kv_precision,
     catalog_files,
     run_dir,
@@ -205,7 +205,8 @@ def command(
             max_batch=max_batch, chunk_tokens=chunk_tokens, sample_s=sample_s,
             horizon_s=horizon_s, think_scale=think_scale, max_think_s=max_think_s,
             offload=offload, preemption=preemption, util=gpu_memory_utilization,
-            layout={"tp": tp, "ep": ep, "weight_precision": weight_precision,
+            layout={"tp": tp, "ep": ep, "pp": pp, "dp_attention": dp_attention,
+                    "weight_precision": weight_precision, "expert_precision": expert_precision,
                     "kv_precision": kv_precision},
         )  # fmt: skip
         return
@@ -224,7 +225,10 @@ def command(
         resize_pools=resize_pools,
     )
     phases.step(f"stepping time on {gpus} × {hw} ({pools}, {policy})")
-    res = run_layout(tr.calls, cat, hw, model_name, gpus, pools, pol, cfg, fill_gpus)
+    layout = {"tp": tp, "ep": ep, "pp": pp, "dp_attention": dp_attention,
+              "weight_precision": weight_precision, "expert_precision": expert_precision,
+              "kv_precision": kv_precision}  # fmt: skip
+    res = run_layout(tr.calls, cat, hw, model_name, gpus, pools, pol, cfg, fill_gpus, **layout)
     s = res.summary
     s["output_tokens_per_s_per_gpu"] = s["output_tokens"] / max(s["span_s"], 1e-9) / gpus
     phases.step("writing the run")
