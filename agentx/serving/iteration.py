@@ -25,7 +25,9 @@ Physics, per forward pass of the whole instance (COST-MODEL.md §3-4):
   ``pp × roofline(work of one micro-batch over all gpus)``. Weights are re-read by every
   micro-batch: adding stages never shortens an iteration at a fixed batch (the "bubble" cost
   is paid as repeated weight reads; tests/test_serving.py checks it).
-* Kernel launch/latency floors are paid once per pass (a token crosses each layer once).
+* Kernel launch/latency floors are paid once per pass (a token crosses each layer once), and
+  so is the latency of each layer's collectives above that floor (NCCL's latency model,
+  ``agentx.serving.collectives``).
 
 ``iteration_time_s`` is the stable entry point (signature frozen: #10 and #13 import it).
 """
@@ -44,6 +46,7 @@ from agentx.replay.stages import (
     mla_mha_forms,
     pair_layers,
 )
+from agentx.serving.collectives import collective_floor_s
 
 MMA_M = 64.0  # rows per tensor-core MMA issue (wgmma m64 / tcgen05 M=64)
 
@@ -144,7 +147,7 @@ def iteration_cost(
         so / (g * sysm.scale_out_bytes_per_s * e.communication),
     )
     fa, ff = _floor_per_pass(cfg)
-    floor_s = (fa + ff) * (tok > 0)
+    floor_s = (fa + ff + collective_floor_s(cfg)) * (tok > 0)
     time_s = pp * (linear_s + attention_s + activation_s + comm_s) + floor_s
     return {
         "time_s": time_s,

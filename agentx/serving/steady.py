@@ -43,6 +43,7 @@ from agentx.catalog.types import ServingConfig
 from agentx.replay.footprint import max_resident_tokens
 from agentx.serving.iteration import iteration_cost, iteration_time_s
 
+REQUESTS_PER_CLIENT = 10  # InferenceX num_prompts ≈ 10 × concurrency (measured/SOURCES.md)
 RANGE_RATIO = 0.8  # InferenceX RANDOM_RANGE_RATIO (utils/bench_serving/benchmark_serving.py)
 ITERATIONS = 24  # damped fixed-point sweeps; converged to 4 digits by 20 (tests/test_serving.py)
 
@@ -99,10 +100,16 @@ def steady_state(
     *,
     range_ratio: float = RANGE_RATIO,
     spec: Speculation | None = None,
+    mixed_prefill: bool = True,
 ) -> dict[str, np.ndarray]:
     """Aggregated (one pool) steady state; returns arrays over ``concurrency``:
     ``tpot_s, ttft_s, requests_per_s, output_tok_s, output_tok_s_per_gpu,
-    output_tok_s_per_user, running, decode_batch, waiting, prefill_share``."""
+    output_tok_s_per_user, running, decode_batch, waiting, prefill_share``.
+
+    ``mixed_prefill``: prefill chunks ride in the decode iterations (vLLM V1 chunked prefill,
+    TRT-LLM in-flight batching), or run as prefill-only iterations while decodes wait
+    (SGLang's default, ``--enable-mixed-chunk`` off): then a chunk costs a whole pass of its own,
+    weights included."""
     spec = spec or Speculation()
     C = np.asarray(concurrency, dtype=np.float64)
     isl, osl = mean_length(isl_tokens, range_ratio), mean_length(osl_tokens, range_ratio)
@@ -115,9 +122,13 @@ def steady_state(
     tpot = ttft_svc = X = rho = np.zeros_like(C)
     for i in range(ITERATIONS):
         t_d = _decode_step(cfg, B, ctx, spec)
-        t_mix = t_d + (
-            iteration_time_s(cfg, B, ctx, chunk, 0.0, chunk / isl) - iteration_time_s(cfg, B, ctx)
-        )
+        if mixed_prefill:
+            extra = iteration_time_s(cfg, B, ctx, chunk, 0.0, chunk / isl) - iteration_time_s(
+                cfg, B, ctx
+            )
+        else:
+            extra = iteration_time_s(cfg, 0.0, 0.0, chunk, 0.0, chunk / isl)
+        t_mix = t_d + extra
         per_token = (t_mix - t_d) / chunk
         # Service of the prompt once its turn comes, and the M/D/1 wait for the chunk budget.
         svc = passes * t_mix
@@ -209,6 +220,37 @@ def disaggregated_steady_state(
         "waiting": np.maximum(per_worker - N, 0.0) * decode_workers,
         "prefill_share": u,
     }
+
+
+def benchmark_window_factor(
+    concurrency,
+    ttft_s,
+    tpot_s,
+    osl_tokens,
+    *,
+    requests_per_client: float = REQUESTS_PER_CLIENT,
+    range_ratio: float = RANGE_RATIO,
+):
+    """Share of the steady-state output rate that a finite benchmark run reports.
+
+    ``benchmark_serving`` divides all output tokens by the run's duration, from the first
+    request to the LAST completion (``output_throughput = total_output / dur_s``), and a run
+    sends ``num_prompts ≈ 10 × concurrency`` requests (InferenceX, measured/SOURCES.md). The
+    C slots start together and each runs about k = num_prompts / C requests back to back;
+    with output lengths uniform in [r·L, L] a slot's busy time is a sum of k request times
+    with standard deviation sqrt(k)·(1 − r)·L·TPOT/sqrt(12), and the run ends with the
+    slowest slot: the expected maximum of C such sums is about mean + σ·sqrt(2 ln C)
+    (Gaussian order statistics, as for the expert-parallel rank imbalance). Slots that have
+    finished idle meanwhile, so the reported rate is k·T / (k·T + drain). 1 at C = 1; about
+    0.95 at C = 64. Decodes of the draining requests speed up as the batch shrinks, so this
+    slightly overstates the loss."""
+    C = np.maximum(np.asarray(concurrency, dtype=np.float64), 1.0)
+    L = np.asarray(osl_tokens, dtype=np.float64)
+    t_req = np.asarray(ttft_s) + (mean_length(L, range_ratio) - 1.0) * np.asarray(tpot_s)
+    sd_one = (1.0 - range_ratio) * L * np.asarray(tpot_s) / np.sqrt(12.0)
+    drain = np.sqrt(requests_per_client) * sd_one * np.sqrt(2.0 * np.log(C))
+    busy = requests_per_client * t_req
+    return busy / (busy + drain)
 
 
 def throughput_at_interactivity(
