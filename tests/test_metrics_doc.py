@@ -51,7 +51,9 @@ def runs(tmp_path_factory, sample_trace) -> Path:
             str(root / "fleet"),
             "-q",
         ],  # fmt: skip
-    ):
+        ["simulate", str(sample_trace), "--hw", "b200", "--model", "deepseek-v3", "--gpus", "8",
+         "--tp", "8", "--users", "1,2", "--max-think-s", "30", "-o", str(root / "agentic"), "-q"],
+    ):  # fmt: skip
         res = r.invoke(cli, args)
         assert res.exit_code == 0, (args, res.output)
     return root

@@ -361,3 +361,61 @@ def sim_timeseries(ts: pl.DataFrame, by: str | None = None, max_points: int = 40
         enc["color"] = f"{by}:N"
     chart = alt.Chart(long, title="Serving dynamics over time").mark_line().encode(**enc)
     return chart.properties(height=90).resolve_scale(y="independent")
+
+
+def kv_usage_over_time(ts: pl.DataFrame, max_points: int = 400) -> alt.Chart:
+    """KV-cache usage and cached share of the HBM pool over time, one line per N
+    (``agentic_timeseries``), averaged into at most ``max_points`` bins per N."""
+    _need(ts, ["t_s", "users", "kv_usage_ratio"], "kv_usage_over_time")
+    cols = [c for c in ("kv_usage_ratio", "kv_cached_ratio") if c in ts.columns]
+    width = max(float(ts["t_s"].max() or 0.0) / max_points, 1.0)
+    binned = (
+        ts.group_by((pl.col("t_s") / width).floor().alias("bin"), "users")
+        .agg(pl.col("t_s").min(), *(pl.col(c).mean() for c in cols))
+        .drop("bin")
+        .sort("users", "t_s")
+        .unpivot(index=["t_s", "users"], variable_name="metric", value_name="ratio")
+    )
+    return (
+        alt.Chart(binned, title="KV cache usage over time")
+        .mark_line()
+        .encode(
+            x=alt.X("t_s:Q", title="time (s)"),
+            y=alt.Y("ratio:Q", title="share of the HBM pool", scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color("users:O", title="users"),
+            strokeDash=alt.StrokeDash("metric:N", title=None),
+        )
+        .properties(height=180)
+    )
+
+
+def _vs_users(sweep: pl.DataFrame, metrics: list[str], title: str, log_y: bool) -> alt.Chart:
+    by = "offload" if "offload" in sweep.columns else None
+    index = ["users"] + ([by] if by else [])
+    _need(sweep, [*index, *metrics], title)
+    long = sweep.select(*index, *metrics).unpivot(
+        index=index, variable_name="metric", value_name="value"
+    )
+    enc = {
+        "x": alt.X("users:Q", title="concurrent sessions (N)", scale=alt.Scale(type="log", base=2)),
+        "y": alt.Y("value:Q", title=None, scale=alt.Scale(type="log") if log_y else alt.Scale()),
+        "row": alt.Row("metric:N", sort=metrics, title=None),
+    }
+    if by:
+        enc["color"] = alt.Color(f"{by}:N", title="offload")
+    chart = alt.Chart(long, title=title).mark_line(point=True).encode(**enc)
+    return chart.properties(height=120).resolve_scale(y="independent")
+
+
+def hit_ratio_vs_users(sweep: pl.DataFrame) -> alt.Chart:
+    """GPU and offload prefix-hit ratios against N (``agentic_sweep``; an ``offload`` column,
+    when present, colours runs with and without offload)."""
+    return _vs_users(
+        sweep, ["gpu_prefix_hit_ratio", "offload_hit_ratio"], "Prefix hits vs N", False
+    )
+
+
+def throughput_ttft_vs_users(sweep: pl.DataFrame) -> alt.Chart:
+    """Output and total tokens/s and TTFT p50/p99 against N, with and without offload."""
+    metrics = ["output_tok_s", "total_tok_s", "ttft_p50_s", "ttft_p99_s"]
+    return _vs_users(sweep, metrics, "Throughput and TTFT vs N", True)

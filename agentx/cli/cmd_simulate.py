@@ -14,6 +14,7 @@ from agentx.cli._common import (
     gpus_option,
     hw_option,
     json_option,
+    layout_options,
     load_scale_option,
     model_option,
     over_context_option,
@@ -25,6 +26,7 @@ from agentx.cli._common import (
     trace_argument,
 )
 from agentx.dynamics.admission import POLICIES
+from agentx.dynamics.agentic import OFFLOAD, PREEMPTION
 from agentx.fmt import num
 from agentx.units import GB
 
@@ -87,8 +89,52 @@ MAX_BATCH = 1 << 20
 )
 @load_scale_option
 @over_context_option
+@click.option(
+    "--users",
+    help="Closed loop: N concurrent sessions (comma list sweeps, e.g. 1,2,4,...,256) on one "
+    "instance of --gpus with a prefix cache (docs/dynamics.md); replaces the open-loop arrivals.",
+)
+@click.option(
+    "--think-scale",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="--users: multiply the trace's think times by this.",
+)
+@click.option(
+    "--max-think-s",
+    type=float,
+    default=math.inf,
+    help="--users: cap each think time (the Weka set has idle gaps of hours; default: none).",
+)
+@click.option(
+    "--offload",
+    type=click.Choice(OFFLOAD),
+    default="none",
+    show_default=True,
+    help="--users: KV offload tiers below HBM; their hits cost a transfer, not a recompute.",
+)
+@click.option(
+    "--preemption",
+    type=click.Choice(PREEMPTION),
+    default="recompute",
+    show_default=True,
+    help="--users: what a preempted sequence does (vLLM: recompute).",
+)
+@click.option(
+    "--gpu-memory-utilization",
+    type=float,
+    default=0.9,
+    show_default=True,
+    help="--users: fraction (0-1) of HBM bytes the server may use; KV gets what weights, activations and "
+    "workspace leave of it (vLLM's flag).",
+)
+@layout_options
 @catalog_option
-@run_dir_option("sim_calls, sim_timeseries", required=True)
+@run_dir_option(
+    "sim_calls, sim_timeseries (--users: agentic_calls, agentic_timeseries, agentic_sweep)",
+    required=True,
+)
 @json_option
 @quiet_option
 def command(
@@ -108,6 +154,19 @@ def command(
     horizon_s,
     load_scale,
     over_context,
+    users,
+    think_scale,
+    max_think_s,
+    offload,
+    preemption,
+    gpu_memory_utilization,
+    tp,
+    ep,
+    pp,
+    dp_attention,
+    weight_precision,
+    expert_precision,
+    kv_precision,
     catalog_files,
     run_dir,
     as_json,
@@ -146,6 +205,28 @@ def command(
     from agentx.io import check_output
 
     check_output(run_dir, [trace, *catalog_files])
+    if users is not None:
+        from agentx.cli.simulate_agentic import run_agentic
+
+        open_loop = (("--policy", policy != "greedy"), ("--fill-gpus", fill_gpus is not None),
+                     ("--resize-pools", resize_pools), ("--tpot-target-s", tpot_target_s != 0.0),
+                     ("--max-wait-s", max_wait_s != math.inf))  # fmt: skip
+        open_loop += (("--load-scale", load_scale != 1.0),  # with --users the load is N sessions
+                      ("--over-context", over_context != "warn"))  # fmt: skip
+        for name, given in open_loop:
+            if given:
+                raise UsageError(f"{name} applies to the open-loop mode, not to --users")
+
+        run_agentic(
+            trace, hw, model_name, gpus, users, catalog_files, run_dir, as_json, quiet,
+            max_batch=max_batch, chunk_tokens=chunk_tokens, sample_s=sample_s,
+            horizon_s=horizon_s, think_scale=think_scale, max_think_s=max_think_s,
+            offload=offload, preemption=preemption, util=gpu_memory_utilization,
+            layout={"tp": tp, "ep": ep, "pp": pp, "dp_attention": dp_attention,
+                    "weight_precision": weight_precision, "expert_precision": expert_precision,
+                    "kv_precision": kv_precision},
+        )  # fmt: skip
+        return
     phases = Phases("simulate", 3, enabled=False if quiet else None)
     phases.step("reading the trace")
     tr = read_trace(trace)
@@ -174,7 +255,10 @@ def command(
         resize_pools=resize_pools,
     )
     phases.step(f"stepping time on {gpus} × {hw} ({pools}, {policy})")
-    res = run_layout(tr.calls, cat, hw, model_name, gpus, pools, pol, cfg, fill_gpus)
+    layout = {"tp": tp, "ep": ep, "pp": pp, "dp_attention": dp_attention,
+              "weight_precision": weight_precision, "expert_precision": expert_precision,
+              "kv_precision": kv_precision}  # fmt: skip
+    res = run_layout(tr.calls, cat, hw, model_name, gpus, pools, pol, cfg, fill_gpus, **layout)
     s = res.summary
     s["output_tokens_per_s_per_gpu"] = s["output_tokens"] / max(s["span_s"], 1e-9) / gpus
     phases.step("writing the run")

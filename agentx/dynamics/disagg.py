@@ -62,19 +62,19 @@ def build_pools(
 RESIZE_STEP_GPUS = 8  # pools grow and shrink by one 8-GPU node
 
 
-def resize_layouts(catalog, hw: str, model: str, gpus: int, fill, decode) -> list:
+def resize_layouts(catalog, hw: str, model: str, gpus: int, fill, decode, **layout) -> list:
     """Every split in whole nodes whose two pools both hold the weights, plus the starting one,
     ordered by fill-pool size (the minute-level controller moves one step at a time)."""
-    from agentx.errors import CapacityError
+    from agentx.errors import CapacityError, UsageError
 
     layouts = {fill.gpus: (fill, decode)}
     for nf in range(RESIZE_STEP_GPUS, gpus, RESIZE_STEP_GPUS):
         if nf in layouts:
             continue
         try:
-            pair = (CostModelService.build(catalog, hw, model, nf),
-                    CostModelService.build(catalog, hw, model, gpus - nf))  # fmt: skip
-        except CapacityError:
+            pair = (CostModelService.build(catalog, hw, model, nf, **layout),
+                    CostModelService.build(catalog, hw, model, gpus - nf, **layout))  # fmt: skip
+        except (CapacityError, UsageError):  # e.g. --tp does not divide this pool
             continue
         layouts[nf] = pair
     return [layouts[k] for k in sorted(layouts)]
@@ -90,12 +90,14 @@ def run_layout(
     policy: AdmissionPolicy | None = None,
     cfg: SimConfig | None = None,
     fill_gpus: int | None = None,
+    **layout,
 ):
-    fill, decode, link = build_pools(catalog, hw, model, gpus, pools, fill_gpus)
+    """``layout``: make_config's layout and precision keywords (tp, ep, weight_precision, …)."""
+    fill, decode, link = build_pools(catalog, hw, model, gpus, pools, fill_gpus, **layout)
     cfg = SimConfig(**{**(cfg.__dict__ if cfg else {}), "pools": pools})
     layouts = None
     if cfg.resize_pools and pools == "disaggregated":
-        layouts = resize_layouts(catalog, hw, model, gpus, fill, decode)
+        layouts = resize_layouts(catalog, hw, model, gpus, fill, decode, **layout)
     res = simulate(calls, fill, decode, policy, cfg, layouts)
     res.summary.update(system=hw, gpus=gpus, model=model, kv_link=link)
     return res
