@@ -363,30 +363,31 @@ def sim_timeseries(ts: pl.DataFrame, by: str | None = None, max_points: int = 40
     return chart.properties(height=90).resolve_scale(y="independent")
 
 
-def kv_usage_over_time(ts: pl.DataFrame, max_points: int = 400) -> alt.Chart:
+def kv_usage_over_time(ts: pl.DataFrame, max_points: int = 400, by: str | None = None) -> alt.Chart:
     """KV-cache usage and cached share of the HBM pool over time, one line per N
-    (``agentic_timeseries``), averaged into at most ``max_points`` bins per N."""
+    (``agentic_timeseries``), averaged into at most ``max_points`` bins per N; with ``by``
+    (say ``offload``) one row of the chart per value, so runs do not draw over each other."""
     _need(ts, ["t_s", "users", "kv_usage_ratio"], "kv_usage_over_time")
     cols = [c for c in ("kv_usage_ratio", "kv_cached_ratio") if c in ts.columns]
     width = max(float(ts["t_s"].max() or 0.0) / max_points, 1.0)
+    keys = ["users"] + ([by] if by else [])
     binned = (
-        ts.group_by((pl.col("t_s") / width).floor().alias("bin"), "users")
+        ts.group_by((pl.col("t_s") / width).floor().alias("bin"), *keys)
         .agg(pl.col("t_s").min(), *(pl.col(c).mean() for c in cols))
         .drop("bin")
-        .sort("users", "t_s")
-        .unpivot(index=["t_s", "users"], variable_name="metric", value_name="ratio")
+        .sort(*keys, "t_s")
+        .unpivot(index=["t_s", *keys], variable_name="metric", value_name="ratio")
     )
-    return (
-        alt.Chart(binned, title="KV cache usage over time")
-        .mark_line()
-        .encode(
-            x=alt.X("t_s:Q", title="time (s)"),
-            y=alt.Y("ratio:Q", title="share of the HBM pool", scale=alt.Scale(domain=[0, 1])),
-            color=alt.Color("users:O", title="users"),
-            strokeDash=alt.StrokeDash("metric:N", title=None),
-        )
-        .properties(height=180)
-    )
+    enc = {
+        "x": alt.X("t_s:Q", title="time (s)"),
+        "y": alt.Y("ratio:Q", title="share of the HBM pool", scale=alt.Scale(domain=[0, 1])),
+        "color": alt.Color("users:O", title="users"),
+        "strokeDash": alt.StrokeDash("metric:N", title=None),
+    }
+    if by:
+        enc["row"] = alt.Row(f"{by}:N", title=by)
+    chart = alt.Chart(binned, title="KV cache usage over time").mark_line().encode(**enc)
+    return chart.properties(height=180)
 
 
 def _vs_users(sweep: pl.DataFrame, metrics: list[str], title: str, log_y: bool) -> alt.Chart:

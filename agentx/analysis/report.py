@@ -35,6 +35,7 @@ from agentx.errors import InputError
 from agentx.fmt import num
 from agentx.io import atomic_path, write_text_atomic
 from agentx.progress import progress
+from agentx.units import MS
 
 VL_VERSION = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
 CHART_WIDTH_PX = 1000  # plot area; with axes and legend a chart spans the 1,280 px column
@@ -88,6 +89,19 @@ VERDICT_SQL = (
     "SELECT run, substr(key, 9) AS claim, CASE WHEN value = 1 THEN 'agrees' ELSE 'does not agree'"
     " END AS model_says FROM summary WHERE key LIKE 'verdict.%' ORDER BY run, key"
 )
+# Agentic simulations (simulate --users): per run and N the figures the public agentic
+# benchmarks report, hit ratios as percent of the prompt tokens. The offload tier is the run's
+# configuration (run.json), so runs with and without offload compare side by side.
+AGENTIC_OFFLOAD_SQL = (
+    "SELECT run, coalesce(json_extract_string(config, '$.offload'), 'none') AS offload FROM runs"
+)
+AGENTIC_TABLE_SQL = f"""
+SELECT run, users,
+       100 * gpu_prefix_hit_ratio AS gpu_prefix_hit_pct,
+       100 * offload_hit_ratio AS offload_hit_pct,
+       ttft_p50_s / {MS} AS ttft_p50_ms, tpot_p50_s / {MS} AS tpot_p50_ms, output_tok_s
+FROM agentic_sweep ORDER BY run, users
+"""
 
 
 @dataclass(frozen=True)
@@ -96,6 +110,11 @@ class Section:
     table: pl.DataFrame | None = None
     chart: alt.TopLevelMixin | None = None
     intro: str = ""
+    more_charts: tuple[alt.TopLevelMixin, ...] = ()  # drawn below ``chart``, each full width
+
+    @property
+    def charts(self) -> list[alt.TopLevelMixin]:
+        return ([self.chart] if self.chart is not None else []) + list(self.more_charts)
 
 
 @functools.lru_cache(maxsize=1)
@@ -165,7 +184,74 @@ def answer(db: Database) -> tuple[list[str], list[dict]]:
                 "These runs use their own GPU counts and batches; for the GPUs a load needs at "
                 "one service level and its cost per token, run agentx compare."
             )
+    if "agentic_sweep" in v:
+        lines += agentic_answer(db)
     return lines, cards
+
+
+# A prefix-hit ratio below this share of its value at the smallest N marks where the HBM
+# cache stops holding the sessions' prefixes (the knee of the sweep).
+KNEE_SHARE = 0.9
+
+
+def agentic_answer(db: Database) -> list[str]:
+    """Per agentic run: the N range, GPU prefix hits at both ends and where they fall (if they
+    do), TTFT and output tokens/s; then what offload changes at the largest N both runs share."""
+    sweep = _with_offload(db, "agentic_sweep").sort("run", "users")
+    info = (
+        db.query("SELECT run, system, model, gpus FROM runs")
+        if "runs" in db.views
+        else sweep.select("run").unique().with_columns(system=None, model=None, gpus=None)
+    )
+    lines = []
+    for run, g in sweep.group_by("run", maintain_order=True):
+        r = info.filter(pl.col("run") == run[0]).row(0, named=True)
+        lo, hi = g.row(0, named=True), g.row(-1, named=True)
+        what = ", ".join(
+            x
+            for x in (
+                f"{num(r['gpus'])} × {r['system']}" if r["gpus"] else r["system"],
+                r["model"],
+                f"offload {lo['offload']}" if lo["offload"] else None,
+            )
+            if x
+        )
+        n = f"N={num(lo['users'])}" + (f"…{num(hi['users'])}" if g.height > 1 else "")
+        hits = f"GPU prefix hits {num(100 * lo['gpu_prefix_hit_ratio'])} %"
+        if g.height > 1:
+            hits += f" at N={num(lo['users'])}, {num(100 * hi['gpu_prefix_hit_ratio'])} % at N={num(hi['users'])}"
+        fall = g.filter(pl.col("gpu_prefix_hit_ratio") < KNEE_SHARE * lo["gpu_prefix_hit_ratio"])
+        if fall.height:
+            hits += f" (below {num(100 * KNEE_SHARE)} % of it from N={num(fall['users'][0])})"
+        if hi["offload_hit_ratio"]:
+            hits += f"; offload hits {num(100 * hi['offload_hit_ratio'])} % at N={num(hi['users'])}"
+        lines.append(
+            f"{run[0]} ({what}), {n} sessions: {hits}; TTFT p50 {num(hi['ttft_p50_s'] / MS)} ms"
+            f" and {num(hi['output_tok_s'])} output tokens/s at N={num(hi['users'])}."
+        )
+    lines += _offload_gain(sweep, info)
+    return lines
+
+
+def _offload_gain(sweep: pl.DataFrame, info: pl.DataFrame) -> list[str]:
+    """Runs of one system, model and GPU count with and without offload, at their largest
+    common N: the share of prompt tokens served from cache and TTFT p50 side by side."""
+    s = sweep.join(info, on="run", how="left").with_columns(
+        cached=pl.col("gpu_prefix_hit_ratio") + pl.col("offload_hit_ratio").fill_null(0.0)
+    )
+    off = s.filter(pl.col("offload_setting") == "none")
+    on = s.filter(pl.col("offload_setting") != "none")
+    both = on.join(off, on=["system", "model", "gpus", "users"], suffix="_off")
+    lines = []
+    for _, g in both.group_by("run", "run_off", maintain_order=True):
+        r = g.sort("users").row(-1, named=True)
+        lines.append(
+            f"At N={num(r['users'])}, {r['run']} serves {num(100 * r['cached'])} % of prompt "
+            f"tokens from cache against {num(100 * r['cached_off'])} % for {r['run_off']} "
+            f"(no offload); TTFT p50 {num(r['ttft_p50_s'] / MS)} ms against "
+            f"{num(r['ttft_p50_s_off'] / MS)} ms."
+        )
+    return lines
 
 
 def report_answer(paths: Sequence[os.PathLike | str]) -> list[str]:
@@ -181,8 +267,8 @@ def collect_sections(db: Database) -> list[Section]:
     v, q = db.views, db.query
     out: list[Section] = []
 
-    def add(title: str, table=None, chart=None, intro: str = "") -> None:
-        out.append(Section(title, table, chart, intro))
+    def add(title: str, table=None, chart=None, intro: str = "", more=()) -> None:
+        out.append(Section(title, table, chart, intro, tuple(more)))
 
     def named(name: str) -> pl.DataFrame:
         return q(get_query(name).sql)
@@ -277,11 +363,60 @@ def collect_sections(db: Database) -> list[Section]:
             None,
             C.sim_timeseries(ts, by="run" if ts["run"].n_unique() > 1 else None),
         )
+    if "agentic_sweep" in v:
+        add(*agentic_section(db))
     if "runs" in v and (verdicts := q(VERDICT_SQL)).height:
         add("Agreement with published claims", verdicts)
     if "runs" in v:
         add("Inputs", q("SELECT run, kind, system, model, gpus, run_id FROM runs ORDER BY run"))
     return out
+
+
+def _with_offload(db: Database, table: str) -> pl.DataFrame:
+    """``table`` of the agentic runs with each run's tier setting (``offload_setting``) and the
+    label charts colour by (``offload``: the setting, with the run's name when two runs share
+    one, so every run keeps its own line)."""
+    df = db.query(f"SELECT * FROM {table}")
+    if "runs" in db.views:
+        tiers = db.query(AGENTIC_OFFLOAD_SQL)
+        df = df.join(tiers, on="run", how="left")
+    else:  # standalone table files carry no configuration
+        df = df.with_columns(pl.lit(None, pl.String).alias("offload"))
+    df = df.with_columns(pl.col("offload").alias("offload_setting"))
+    per_run = df.select("run", "offload").unique()
+    if per_run["offload"].null_count() or per_run["offload"].n_unique() < per_run.height:
+        df = df.with_columns(
+            pl.concat_str("run", pl.lit(" ("), pl.col("offload").fill_null("?"), pl.lit(")")).alias(
+                "offload"
+            )
+        )
+    return df
+
+
+def agentic_section(db: Database) -> tuple[str, pl.DataFrame, alt.TopLevelMixin, str, tuple]:
+    """The concurrent-sessions section: KV usage over time, prefix hits and throughput/TTFT
+    against N (coloured by offload setting) and a table per run and N."""
+    sweep = _with_offload(db, "agentic_sweep")
+    charts = (C.hit_ratio_vs_users(sweep), C.throughput_ttft_vs_users(sweep))
+    kv = None
+    if "agentic_timeseries" in db.views:
+        ts = _with_offload(db, "agentic_timeseries")
+        kv = C.kv_usage_over_time(ts, by="offload" if ts["offload"].n_unique() > 1 else None)
+    table = db.query(AGENTIC_TABLE_SQL)
+    table = (
+        table.join(sweep.select("run", "offload").unique(), on="run", how="left")
+        .select("run", "offload", *[c for c in table.columns if c != "run"])
+        .sort("run", "users")
+    )
+    intro = (
+        "N Claude-Code-like sessions share one server (agentx simulate --users): each sends its "
+        "next call when its previous answer is back plus think time. KV usage is the share of "
+        "the HBM KV pool held by running sequences (solid) and by cached prefixes; prefix hits "
+        "are shares of all prompt tokens served from HBM (GPU) or from the offload tier instead "
+        "of being recomputed."
+    )
+    title = "Concurrent agent sessions: KV cache and offload"
+    return title, table, kv, intro, charts
 
 
 def table_html(df: pl.DataFrame, max_rows: int = 200) -> str:
@@ -371,13 +506,14 @@ def build_report(
         run_names += [Path(f).name for f in files]
     specs, charts, rendered = {}, [], []
     for i, s in enumerate(sections):
-        item = {"title": s.title, "slug": _slug(s.title), "intro": s.intro, "chart_id": None}
-        if s.chart is not None:
-            cid = f"chart{i:02d}"
-            spec = full_width(s.chart.to_dict())
+        item = {"title": s.title, "slug": _slug(s.title), "intro": s.intro, "chart_ids": []}
+        for j, chart in enumerate(s.charts):
+            suffix = f"-{j + 1}" if j else ""  # a section's first chart keeps the plain name
+            cid = f"chart{i:02d}{suffix}"
+            spec = full_width(chart.to_dict())
             specs[cid] = spec
-            charts.append((f"{i:02d}-{_slug(s.title)}", spec))
-            item["chart_id"] = cid
+            charts.append((f"{i:02d}-{_slug(s.title)}{suffix}", spec))
+            item["chart_ids"].append(cid)
         item["table"] = Markup(table_html(s.table)) if s.table is not None else None
         rendered.append(item)
     page = _template().render(
