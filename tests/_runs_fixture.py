@@ -266,3 +266,23 @@ def make_runs(root: Path, trace_path: Path) -> dict[str, Path]:
         config={"hw": "gb200", "gpus": 64},
     )
     return out
+
+
+AGENTIC_ARGS = ("--hw", "b200", "--model", "deepseek-v3", "--gpus", "8", "--tp", "8",
+                "--users", "1,2", "--max-think-s", "30")  # fmt: skip
+
+
+def make_agentic_runs(root: Path, trace_path: Path) -> dict[str, Path]:
+    """Two real ``agentx simulate --users`` runs on ``trace_path``, without and with DRAM
+    offload (small: N = 1, 2 and think time capped at 30 s)."""
+    from click.testing import CliRunner
+
+    from agentx.cli import cli
+
+    out = {}
+    for offload in ("none", "dram"):
+        out[offload] = root / f"ag-{offload}"
+        args = ["simulate", str(trace_path), *AGENTIC_ARGS, "--offload", offload, "-q"]
+        res = CliRunner().invoke(cli, [*args, "-o", str(out[offload])])
+        assert res.exit_code == 0, res.output
+    return out

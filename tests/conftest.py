@@ -53,3 +53,12 @@ def sample_trace() -> Path:
     if not SAMPLE_TRACE.exists():
         pytest.skip(f"bundled sample {SAMPLE_TRACE} not built yet")
     return SAMPLE_TRACE
+
+
+@pytest.fixture(scope="session")
+def agentic_runs(tmp_path_factory, sample_trace) -> dict[str, Path]:
+    """``agentx simulate --users 1,2`` on the sample trace with --offload none and dram, made
+    once per test session (the report and browser tests share them)."""
+    from _runs_fixture import make_agentic_runs
+
+    return make_agentic_runs(tmp_path_factory.mktemp("agentic"), sample_trace)

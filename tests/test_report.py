@@ -288,3 +288,80 @@ def test_views_and_report_over_real_producer_runs(tmp_path):
     assert all(spec.get("width", 0) >= 600 or "column" in spec.get("encoding", {})
                for spec in slugs.values())  # fmt: skip
     assert len(page) < 5_000_000  # long simulations are binned, not inlined whole
+
+
+AGENTIC = "Concurrent agent sessions: KV cache and offload"
+
+
+def test_agentic_section_absent_without_agentic_runs(built):
+    page, charts = built
+    assert AGENTIC not in h2(page)
+    assert not [s for s, _ in charts if "concurrent-agent-sessions" in s]
+
+
+def test_agentic_section_with_and_without_offload(agentic_runs):
+    """Two real simulate --users runs (offload none, dram): the section holds the three charts,
+    coloured by each run's offload setting, and a table per run and N equal to agentic_sweep."""
+    import polars as pl
+
+    page, charts = build_report([agentic_runs["none"], agentic_runs["dram"]])
+    assert AGENTIC in h2(page)
+    part = section(page, AGENTIC)
+    assert part.count('<div class="chart"') == 3
+    ours = [spec for slug, spec in charts if "concurrent-agent-sessions" in slug]
+    assert [s["title"] for s in ours] == [
+        "KV cache usage over time",
+        "Prefix hits vs N",
+        "Throughput and TTFT vs N",
+    ]
+    assert ours[0]["encoding"]["row"]["field"] == "offload"  # one row per offload setting
+    for spec in ours[1:]:
+        assert spec["encoding"]["color"]["field"] == "offload"
+        rows = spec["datasets"][spec["data"]["name"]]
+        assert {r["offload"] for r in rows} == {"none", "dram"}
+    assert all(s["width"] >= 600 for s in ours)
+    # the table: one row per run and N, the figures of that run's agentic_sweep in %, ms, tok/s
+    cells = re.findall(r"<tr>(<td.*?)</tr>", part)  # body rows (the head row holds <th>)
+    got = [re.findall(r'<td class="[ns]">([^<]*)</td>', c) for c in cells]
+    want = []
+    for name in ("dram", "none"):  # rows sorted by run name: ag-dram, ag-none
+        sweep = pl.read_parquet(agentic_runs[name] / "agentic_sweep.parquet").sort("users")
+        for r in sweep.iter_rows(named=True):
+            want.append(
+                [f"ag-{name}", name, num(r["users"]), num(100 * r["gpu_prefix_hit_ratio"]),
+                 num(100 * r["offload_hit_ratio"]), num(r["ttft_p50_s"] * 1e3),
+                 num(r["tpot_p50_s"] * 1e3), num(r["output_tok_s"])]
+            )  # fmt: skip
+    assert got == want
+    heads = re.findall(r"<th>([^<]*)</th>", part)
+    assert heads == ["run", "offload", "users", "gpu_prefix_hit_pct", "offload_hit_pct",
+                     "ttft_p50_ms", "tpot_p50_ms", "output_tok_s"]  # fmt: skip
+    # the answer states each run's figures at its largest N, computed from the sweep
+    answer = page[page.index('<section id="answer">') : page.index("</section>")]
+    top = (
+        pl.read_parquet(agentic_runs["dram"] / "agentic_sweep.parquet")
+        .sort("users")
+        .row(-1, named=True)
+    )
+    assert "ag-dram (8 × b200, deepseek-v3, offload dram), N=1…2 sessions" in answer
+    assert (
+        f"TTFT p50 {num(top['ttft_p50_s'] * 1e3)} ms and {num(top['output_tok_s'])} output tokens/s at N=2"
+        in answer
+    )
+    assert "At N=2, ag-dram serves" in answer and "for ag-none (no offload)" in answer
+
+
+def test_agentic_runs_sharing_an_offload_setting_keep_their_own_lines(agentic_runs, tmp_path):
+    """Two runs with the same setting are told apart by name in the charts' colour."""
+    import shutil
+
+    for name in ("a", "b"):
+        shutil.copytree(agentic_runs["none"], tmp_path / name)
+    _, charts = build_report([tmp_path / "a", tmp_path / "b"])
+    hits = next(
+        spec
+        for slug, spec in charts
+        if slug.endswith("concurrent-agent-sessions-kv-cache-and-offload-2")
+    )
+    rows = hits["datasets"][hits["data"]["name"]]
+    assert {r["offload"] for r in rows} == {"a (none)", "b (none)"}
