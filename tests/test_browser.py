@@ -164,3 +164,21 @@ def test_console_errors_are_caught(tmp_path):
     p = ChartCounter()
     p.feed(dom)
     assert p.drawn == {"chart00": 0}
+
+
+def test_agentic_report_renders_in_chromium(tmp_path, agentic_runs):
+    """Real simulate --users runs with and without offload: the concurrent-sessions section's
+    three charts render without a console message, each at least 60 % of the page wide."""
+    out = tmp_path / "report.html"
+    write_report([agentic_runs["none"], agentic_runs["dram"]], out)
+    dom, console = render(tmp_path, out)
+    assert console == [], console
+    p = ChartCounter()
+    p.feed(dom)
+    assert p.errors == []
+    n = int(p.body["data-charts"])
+    assert n == 3
+    assert p.body.get("data-rendered") == str(n), p.body
+    assert all(count >= 1 for count in p.drawn.values()), p.drawn
+    layout = check_layout(p.body, n)
+    assert set(layout["charts"]) == {"chart00", "chart00-2", "chart00-3"}
