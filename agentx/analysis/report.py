@@ -409,11 +409,11 @@ def agentic_section(db: Database) -> tuple[str, pl.DataFrame, alt.TopLevelMixin,
         .sort("run", "users")
     )
     intro = (
-        "N Claude-Code-like sessions share one server (agentx simulate --users): each sends its "
-        "next call when its previous answer is back plus think time. KV usage is the share of "
-        "the HBM KV pool held by running sequences (solid) and by cached prefixes; prefix hits "
-        "are shares of all prompt tokens served from HBM (GPU) or from the offload tier instead "
-        "of being recomputed."
+        "N agent sessions share one server (agentx simulate --users), each sending its next "
+        "call when its previous answer is back plus think time. KV usage: the share of the HBM "
+        "KV pool held by running sequences (kv_usage_ratio) and by cached prefixes "
+        "(kv_cached_ratio). Prefix hits: the share of all prompt tokens served from HBM (GPU) "
+        "or from the offload tier instead of being recomputed; colours are offload settings."
     )
     title = "Concurrent agent sessions: KV cache and offload"
     return title, table, kv, intro, charts
