@@ -365,3 +365,37 @@ def test_agentic_runs_sharing_an_offload_setting_keep_their_own_lines(agentic_ru
     )
     rows = hits["datasets"][hits["data"]["name"]]
     assert {r["offload"] for r in rows} == {"a (none)", "b (none)"}
+
+
+def test_agentic_answer_names_the_knee_only_where_the_data_has_one(tmp_path):
+    """The answer says where GPU prefix hits fall below 90 % of their N=1 value, computed from
+    agentic_sweep; a sweep whose hits hold says nothing of a knee; a point without TTFT stays blank."""
+    import polars as pl
+
+    from agentx.analysis.report import report_answer
+    from agentx.runs import write_run
+
+    def run(name: str, hits: list[float], offload: str, ttft=(0.1, 0.2, 0.5, None)) -> None:
+        users = [1, 4, 16, 64]
+        sweep = pl.DataFrame(
+            {"users": users, "gpu_prefix_hit_ratio": hits,
+             "offload_hit_ratio": [0.0] * 4 if offload == "none" else [0.0, 0.0, 0.4, 0.9],
+             "ttft_p50_s": list(ttft), "tpot_p50_s": [0.01] * 4,
+             "output_tok_s": [10.0, 40.0, 90.0, 60.0]},
+            schema_overrides={"ttft_p50_s": pl.Float64},
+        )  # fmt: skip
+        cfg = {"hw": "b200", "model": "deepseek-v3", "gpus": 8, "offload": offload}
+        write_run(tmp_path / name, "simulate", {"agentic_sweep": sweep}, config=cfg)
+
+    run("none", [0.96, 0.95, 0.5, 0.05], "none")
+    run("dram", [0.96, 0.95, 0.5, 0.05], "dram", ttft=(0.1, 0.2, 0.3, 0.4))
+    lines = report_answer([tmp_path / "none", tmp_path / "dram"])
+    none = next(x for x in lines if x.startswith("none ("))
+    assert "GPU prefix hits 96 % at N=1, 5 % at N=64 (below 90 % of it from N=16)" in none
+    assert "(below 90 % of it from N=16); 60 output tokens/s at N=64." in none  # no TTFT there
+    dram = next(x for x in lines if x.startswith("dram ("))
+    assert "offload hits 90 % at N=64" in dram
+    assert "At N=64, dram serves 95 % of prompt tokens from cache against 5 % for none" in lines[-1]
+    run("flat", [0.96, 0.95, 0.94, 0.93], "none")
+    (flat,) = report_answer([tmp_path / "flat"])
+    assert "below" not in flat and "GPU prefix hits 96 % at N=1, 93 % at N=64" in flat

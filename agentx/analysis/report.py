@@ -217,17 +217,24 @@ def agentic_answer(db: Database) -> list[str]:
             if x
         )
         n = f"N={num(lo['users'])}" + (f"…{num(hi['users'])}" if g.height > 1 else "")
-        hits = f"GPU prefix hits {num(100 * lo['gpu_prefix_hit_ratio'])} %"
+        hits = f"GPU prefix hits {_scaled(lo['gpu_prefix_hit_ratio'], 100)} %"
         if g.height > 1:
-            hits += f" at N={num(lo['users'])}, {num(100 * hi['gpu_prefix_hit_ratio'])} % at N={num(hi['users'])}"
-        fall = g.filter(pl.col("gpu_prefix_hit_ratio") < KNEE_SHARE * lo["gpu_prefix_hit_ratio"])
+            hits += f" at N={num(lo['users'])}, {_scaled(hi['gpu_prefix_hit_ratio'], 100)} % at N={num(hi['users'])}"
+        first = lo["gpu_prefix_hit_ratio"] or 0.0
+        fall = g.filter(pl.col("gpu_prefix_hit_ratio") < KNEE_SHARE * first)
         if fall.height:
             hits += f" (below {num(100 * KNEE_SHARE)} % of it from N={num(fall['users'][0])})"
         if hi["offload_hit_ratio"]:
-            hits += f"; offload hits {num(100 * hi['offload_hit_ratio'])} % at N={num(hi['users'])}"
+            hits += (
+                f"; offload hits {_scaled(hi['offload_hit_ratio'], 100)} % at N={num(hi['users'])}"
+            )
+        at_top = (
+            [f"TTFT p50 {_scaled(hi['ttft_p50_s'], 1 / MS)} ms"]
+            if hi["ttft_p50_s"] is not None
+            else []
+        ) + [f"{num(hi['output_tok_s'])} output tokens/s"]
         lines.append(
-            f"{run[0]} ({what}), {n} sessions: {hits}; TTFT p50 {num(hi['ttft_p50_s'] / MS)} ms"
-            f" and {num(hi['output_tok_s'])} output tokens/s at N={num(hi['users'])}."
+            f"{run[0]} ({what}), {n} sessions: {hits}; {' and '.join(at_top)} at N={num(hi['users'])}."
         )
     lines += _offload_gain(sweep, info)
     return lines
@@ -246,12 +253,17 @@ def _offload_gain(sweep: pl.DataFrame, info: pl.DataFrame) -> list[str]:
     for _, g in both.group_by("run", "run_off", maintain_order=True):
         r = g.sort("users").row(-1, named=True)
         lines.append(
-            f"At N={num(r['users'])}, {r['run']} serves {num(100 * r['cached'])} % of prompt "
-            f"tokens from cache against {num(100 * r['cached_off'])} % for {r['run_off']} "
-            f"(no offload); TTFT p50 {num(r['ttft_p50_s'] / MS)} ms against "
-            f"{num(r['ttft_p50_s_off'] / MS)} ms."
+            f"At N={num(r['users'])}, {r['run']} serves {_scaled(r['cached'], 100)} % of prompt "
+            f"tokens from cache against {_scaled(r['cached_off'], 100)} % for {r['run_off']} "
+            f"(no offload); TTFT p50 {_scaled(r['ttft_p50_s'], 1 / MS)} ms against "
+            f"{_scaled(r['ttft_p50_s_off'], 1 / MS)} ms."
         )
     return lines
+
+
+def _scaled(x: float | None, factor: float) -> str:
+    # a sweep point without a completed call has no percentile: an empty figure, not a crash
+    return num(None if x is None else x * factor)
 
 
 def report_answer(paths: Sequence[os.PathLike | str]) -> list[str]:
