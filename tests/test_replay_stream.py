@@ -177,3 +177,33 @@ def test_weka_streamed_equals_whole(weka_parquet):
     got = merge_partials(replay_chunks(tr.calls, CFG, kv.per_call, 5000), CFG, kv.summary)
     assert len(session_cuts(tr.calls, 5000)) > 1
     assert_results_close(got, want)
+
+
+def test_sql_derives_the_sums_a_summary_run_leaves_out(tmp_path):
+    from agentx.analysis import open_db
+    from agentx.analysis.derived import DERIVED
+
+    p = tmp_path / "t.parquet"
+    write_trace(TRACE, p)
+    _replay_dir(p, tmp_path / "runs" / "full")
+    _replay_dir(p, tmp_path / "runs" / "summary", "--calls", "summary")
+    with open_db([], [tmp_path / "runs"]) as db:
+        cols = db.query("SELECT * FROM replay_calls LIMIT 0").columns
+        assert set(DERIVED["replay_calls"]) <= set(cols)
+        got = db.query(
+            "SELECT run, call_index, session_id, fill_time_s, decode_time_s, total_time_s, "
+            "total_energy_j, kv_hit_tokens, kv_hit_ratio FROM replay_calls "
+            "ORDER BY run, session_id, call_index"
+        )
+    full, summ = (got.filter(pl.col("run") == r).drop("run") for r in ("full", "summary"))
+    assert_frames_close(full, summ)
+    w = WHOLE.calls
+    np.testing.assert_allclose(
+        full["total_time_s"].to_numpy(),
+        sum(
+            w[f"{s}_time_s"] for s in ("prefill", "midfill", "decode_attention", "decode_experts")
+        ).to_numpy(),
+        rtol=1e-12,
+    )
+    hits = w["kv_hbm_hit_tokens"] + w["kv_dram_hit_tokens"] + w["kv_ssd_hit_tokens"]
+    assert full["kv_hit_tokens"].to_list() == hits.to_list()
