@@ -207,3 +207,42 @@ def test_sql_derives_the_sums_a_summary_run_leaves_out(tmp_path):
     )
     hits = w["kv_hbm_hit_tokens"] + w["kv_dram_hit_tokens"] + w["kv_ssd_hit_tokens"]
     assert full["kv_hit_tokens"].to_list() == hits.to_list()
+
+
+@settings(max_examples=15)
+@given(st.integers(1, 400))
+def test_reading_in_session_batches_equals_read_trace(tmp_path_factory, batch_rows):
+    from agentx.traces.io import read_trace_columns
+
+    p = tmp_path_factory.mktemp("lean") / "t.parquet"
+    write_trace(TRACE, p)
+    cols = ["session_id", "call_index", "input_tokens", "block_hashes"]
+    got = read_trace_columns(p, cols, batch_rows=batch_rows)
+    want = read_trace(p)
+    assert got.calls.equals(want.calls.select(cols)) and got.meta == want.meta
+
+
+@pytest.mark.parametrize("bad", ["split_session", "late_bad_row"])
+def test_batched_read_reports_errors_as_read_trace(tmp_path, bad):
+    from agentx.errors import InputError
+    from agentx.io import write_parquet_atomic
+    from agentx.traces.io import read_trace_columns
+
+    df = TRACE.calls
+    if bad == "split_session":  # the first session's last call moved to the end of the file
+        first = df.filter(pl.col("session_id") == df["session_id"][0])
+        rest = df.slice(first.height)
+        df = pl.concat([first.head(first.height - 1), rest, first.tail(1)])
+    else:
+        df = df.with_columns(
+            output_tokens=pl.when(pl.int_range(pl.len()) == df.height - 3)
+            .then(-1)
+            .otherwise(pl.col("output_tokens"))
+        )
+    p = tmp_path / "bad.parquet"
+    write_parquet_atomic(df, p, TRACE.meta)
+    with pytest.raises(InputError) as want:
+        read_trace(p)
+    with pytest.raises(InputError) as got:
+        read_trace_columns(p, ["session_id"], batch_rows=50)
+    assert str(got.value) == str(want.value)

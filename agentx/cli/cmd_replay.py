@@ -135,8 +135,14 @@ def command(
     """
     from agentx.catalog import load_catalog
     from agentx.replay.config import make_config
-    from agentx.replay.replay import calls_columns, merge_partials, replay_chunks, write_calls
-    from agentx.traces.io import read_trace
+    from agentx.replay.replay import (
+        TRACE_COLUMNS,
+        calls_columns,
+        merge_partials,
+        replay_chunks,
+        write_calls,
+    )
+    from agentx.traces.io import read_trace_columns
 
     if decode_batch is not None and interactivity is not None:
         raise UsageError("give --decode-batch or --interactivity, not both")
@@ -159,7 +165,9 @@ def command(
     )
     phases = Phases("replay", 4, enabled=False if quiet else None)
     phases.step("reading the trace")
-    tr = read_trace(trace)
+    # only the columns pricing and the KV model read stay in memory (every row is validated)
+    cols = [*TRACE_COLUMNS, *(KV_COLUMNS if kv_tiers else ())]
+    tr = read_trace_columns(trace, cols)
     operating_point = None
     if interactivity is not None:
         from agentx.replay.interactivity import decode_context_tokens, with_interactivity
@@ -226,6 +234,9 @@ def command(
         _print(result)
     if run_dir is not None and not quiet:
         click.echo(f"wrote {run_dir}", err=True)
+
+
+KV_COLUMNS = ("is_compaction", "shared_prefix_tokens", "block_size_tokens", "block_hashes")
 
 
 def _priced_columns(kv) -> tuple[str, ...]:
