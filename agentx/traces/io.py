@@ -112,7 +112,10 @@ def read_trace_columns(
         return _projected(read_trace(path), columns)  # the whole file names the row
     if not kept:
         return _projected(read_trace(path), columns)
-    return Trace(pl.concat(kept, how="vertical"), meta)
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()  # the dropped columns' decode buffers
+    return Trace(pl.concat(kept, how="vertical", rechunk=False), meta)  # no second copy
 
 
 def _checked(df: pl.DataFrame, path, seen: list, columns: list[str]) -> pl.DataFrame:
