@@ -3,11 +3,18 @@
 Plain script (no assertions): ``.venv/bin/python benchmarks/bench_replay.py [--calls N]
 [--e2e-calls N]``. Goal (issue 3): ≥ 5 million calls/s through the cost model on 2 cores, and
 an end-to-end replay in a few seconds.
+
+``--scale TRACE.parquet`` (issue 11) instead times whole commands on one trace, each as a
+ratio to a polars scan of the same file in the same run, with each command's peak RSS:
+``agentx replay`` (KV tiers on, --no-kv-tiers, --calls summary), ``agentx kv-curve``; min and
+median of ``--repeats`` runs, and the load average. Make the trace with ``agentx synth -o
+/tmp/s.parquet --calls 10000000``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -91,11 +98,68 @@ def bench_end_to_end(n_calls: int) -> None:
         )
 
 
+def _child(cmd: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak RSS GB) of one command, from its own rusage."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}")
+    return wall, usage.ru_maxrss / 1e6
+
+
+def bench_scale(trace: Path, repeats: int, curve: bool = True) -> None:
+    import polars as pl
+
+    scan = [
+        sys.executable,
+        "-c",
+        f"import polars as pl; pl.scan_parquet({str(trace)!r}).collect()",
+    ]
+    agentx = [sys.executable, "-m", "agentx"]
+    with tempfile.TemporaryDirectory() as tmp:
+        run = str(Path(tmp) / "run")
+        hw = ["--hw", "gb200", "--gpus", "32"]
+        cases = {
+            "polars scan (whole file)": scan,
+            "replay, KV tiers": [*agentx, "replay", str(trace), *hw, "-q", "-o", run],
+            "replay, KV tiers, --calls summary": [
+                *agentx, "replay", str(trace), *hw, "-q", "-o", run, "--calls", "summary",
+            ],
+            "replay --no-kv-tiers": [*agentx, "replay", str(trace), *hw, "--no-kv-tiers", "-q", "-o", run],
+            "kv-curve (48 points)": [*agentx, "kv-curve", str(trace), *hw, "--json"],
+        }  # fmt: skip
+        if not curve:  # kv-curve still materializes the block stream (~18 GB at 10 M calls)
+            del cases["kv-curve (48 points)"]
+        n = pl.scan_parquet(trace).select(pl.len()).collect().item()
+        print(f"{trace}: {n:,} calls; load average before: {os.getloadavg()}")
+        floor = None
+        for label, cmd in cases.items():
+            runs = sorted(_child(cmd) for _ in range(repeats))
+            walls = [w for w, _ in runs]
+            best, med = walls[0], walls[len(walls) // 2]
+            floor = floor or best
+            rss = max(r for _, r in runs)
+            print(
+                f"{label:<36} min {best:7.2f} s  median {med:7.2f} s  "
+                f"{best / floor:5.1f}x scan  {n / best / 1e6:6.2f} M calls/s  peak RSS {rss:5.2f} GB",
+                flush=True,
+            )
+        print(f"load average after: {os.getloadavg()}")
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=10_000_000)
     ap.add_argument("--e2e-calls", type=int, default=10_000_000)
+    ap.add_argument("--scale", type=Path, help="time whole commands on this trace instead")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-curve", action="store_true", help="skip kv-curve (large traces)")
     a = ap.parse_args()
+    if a.scale is not None:
+        bench_scale(a.scale, a.repeats, curve=not a.no_curve)
+        raise SystemExit(0)
     bench_cost_model(a.calls)
     if a.e2e_calls:
         bench_end_to_end(a.e2e_calls)

@@ -78,3 +78,19 @@ def test_any_window_gives_the_same_outcomes(window, ssd):
     acc, glob = chain_outcomes(g, caps, window=1 << 20)
     acc2, glob2 = chain_outcomes(g, caps, window=window)
     assert np.array_equal(acc, acc2) and np.array_equal(glob, glob2)
+
+
+@settings(max_examples=20)
+@given(trace_objects(max_sessions=5, max_calls_per_session=8), caps_st)
+def test_curve_point_sums_equal_the_per_call_frame(trace, caps):
+    """kv-curve's per-point totals (agentx.kv.curve._link_sums) are the per-call frame's sums."""
+    from agentx.kv.curve import _link_sums
+
+    s = build_blocks(trace)
+    out = outcome("lru", s, caps.tokens(BPT))
+    pc = per_call_frame(out, s, trace.calls.height, BPT, CFG)
+    got = _link_sums(out, s.n_calls, BPT, CFG)
+    for link in ("ssd_to_dram", "dram_to_hbm", "hbm_to_dram", "dram_to_ssd"):
+        assert got[f"{link}_bytes"] == pytest.approx(pc[f"kv_{link}_bytes"].sum(), rel=1e-12)
+    assert got["transfer_time_s"] == pytest.approx(pc["kv_transfer_time_s"].sum(), rel=1e-12)
+    assert got["transfer_energy_j"] == pytest.approx(pc["kv_transfer_energy_j"].sum(), rel=1e-12)

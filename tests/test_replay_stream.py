@@ -177,3 +177,72 @@ def test_weka_streamed_equals_whole(weka_parquet):
     got = merge_partials(replay_chunks(tr.calls, CFG, kv.per_call, 5000), CFG, kv.summary)
     assert len(session_cuts(tr.calls, 5000)) > 1
     assert_results_close(got, want)
+
+
+def test_sql_derives_the_sums_a_summary_run_leaves_out(tmp_path):
+    from agentx.analysis import open_db
+    from agentx.analysis.derived import DERIVED
+
+    p = tmp_path / "t.parquet"
+    write_trace(TRACE, p)
+    _replay_dir(p, tmp_path / "runs" / "full")
+    _replay_dir(p, tmp_path / "runs" / "summary", "--calls", "summary")
+    with open_db([], [tmp_path / "runs"]) as db:
+        cols = db.query("SELECT * FROM replay_calls LIMIT 0").columns
+        assert set(DERIVED["replay_calls"]) <= set(cols)
+        got = db.query(
+            "SELECT run, call_index, session_id, fill_time_s, decode_time_s, total_time_s, "
+            "total_energy_j, kv_hit_tokens, kv_hit_ratio FROM replay_calls "
+            "ORDER BY run, session_id, call_index"
+        )
+    full, summ = (got.filter(pl.col("run") == r).drop("run") for r in ("full", "summary"))
+    assert_frames_close(full, summ)
+    w = WHOLE.calls
+    np.testing.assert_allclose(
+        full["total_time_s"].to_numpy(),
+        sum(
+            w[f"{s}_time_s"] for s in ("prefill", "midfill", "decode_attention", "decode_experts")
+        ).to_numpy(),
+        rtol=1e-12,
+    )
+    hits = w["kv_hbm_hit_tokens"] + w["kv_dram_hit_tokens"] + w["kv_ssd_hit_tokens"]
+    assert full["kv_hit_tokens"].to_list() == hits.to_list()
+
+
+@settings(max_examples=15)
+@given(st.integers(1, 400))
+def test_reading_in_session_batches_equals_read_trace(tmp_path_factory, batch_rows):
+    from agentx.traces.io import read_trace_columns
+
+    p = tmp_path_factory.mktemp("lean") / "t.parquet"
+    write_trace(TRACE, p)
+    cols = ["session_id", "call_index", "input_tokens", "block_hashes"]
+    got = read_trace_columns(p, cols, batch_rows=batch_rows)
+    want = read_trace(p)
+    assert got.calls.equals(want.calls.select(cols)) and got.meta == want.meta
+
+
+@pytest.mark.parametrize("bad", ["split_session", "late_bad_row"])
+def test_batched_read_reports_errors_as_read_trace(tmp_path, bad):
+    from agentx.errors import InputError
+    from agentx.io import write_parquet_atomic
+    from agentx.traces.io import read_trace_columns
+
+    df = TRACE.calls
+    if bad == "split_session":  # the first session's last call moved to the end of the file
+        first = df.filter(pl.col("session_id") == df["session_id"][0])
+        rest = df.slice(first.height)
+        df = pl.concat([first.head(first.height - 1), rest, first.tail(1)])
+    else:
+        df = df.with_columns(
+            output_tokens=pl.when(pl.int_range(pl.len()) == df.height - 3)
+            .then(-1)
+            .otherwise(pl.col("output_tokens"))
+        )
+    p = tmp_path / "bad.parquet"
+    write_parquet_atomic(df, p, TRACE.meta)
+    with pytest.raises(InputError) as want:
+        read_trace(p)
+    with pytest.raises(InputError) as got:
+        read_trace_columns(p, ["session_id"], batch_rows=50)
+    assert str(got.value) == str(want.value)

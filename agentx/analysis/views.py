@@ -269,7 +269,10 @@ def _register(db: Database, name: str, df: pl.DataFrame, source: str) -> None:
     table = df.to_arrow()
     db._frames.append(table)  # keep the Arrow buffers alive as long as the connection
     db.con.register(f"_src_{name}", table)
-    db.con.execute(f'CREATE VIEW "{name}" AS SELECT * FROM "_src_{name}"')
+    from agentx.analysis.derived import derived_columns  # sums kept out of calls.parquet
+
+    extra = derived_columns(name, df.columns)
+    db.con.execute(f'CREATE VIEW "{name}" AS SELECT *{extra} FROM "_src_{name}"')
     db.views[name] = source
 
 

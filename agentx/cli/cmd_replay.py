@@ -155,8 +155,14 @@ def command(
     """
     from agentx.catalog import load_catalog
     from agentx.replay.config import make_config
-    from agentx.replay.replay import calls_columns, merge_partials, replay_chunks, write_calls
-    from agentx.traces.io import read_trace
+    from agentx.replay.replay import (
+        TRACE_COLUMNS,
+        calls_columns,
+        merge_partials,
+        replay_chunks,
+        write_calls,
+    )
+    from agentx.traces.io import read_trace, read_trace_columns
     from agentx.traces.transform import scale_load
 
     if decode_batch is not None and interactivity is not None:
@@ -200,7 +206,11 @@ def command(
         )  # fmt: skip
     phases = Phases("replay", 4, enabled=False if quiet else None)
     phases.step("reading the trace")
-    tr = read_trace(trace)
+    if load_scale == 1.0 and over_context == "warn":
+        # only the columns pricing and the KV model read stay in memory (every row is validated)
+        tr = read_trace_columns(trace, [*TRACE_COLUMNS, *(KV_COLUMNS if kv_tiers else ())])
+    else:  # the transforms rewrite sessions and compactions: they see the whole trace
+        tr = read_trace(trace)
     tr, context = apply_over_context(tr, cfg.model.max_context_tokens, over_context, quiet=quiet)
     tr = scale_load(tr, load_scale)
     operating_point = None
@@ -272,6 +282,9 @@ def command(
         _print(result)
     if run_dir is not None and not quiet:
         click.echo(f"wrote {run_dir}", err=True)
+
+
+KV_COLUMNS = ("is_compaction", "shared_prefix_tokens", "block_size_tokens", "block_hashes")
 
 
 def _priced_columns(kv) -> tuple[str, ...]:

@@ -158,10 +158,14 @@ def finish_frame(cols: dict, row: np.ndarray, n_rows: int, cfg: ServingConfig) -
     )
     cols["kv_transfer_energy_j"] = sum(cols[f"kv_{k}_bytes"] * costs[k][1] for k in LINKS)
     frame = {}
-    for name in PER_CALL:
-        v = np.zeros(n_rows, np.float64)
-        v[row] = cols[name]
-        frame[name] = v.round().astype(np.int64) if name.endswith("_tokens") else v
+    for name in PER_CALL:  # popped as placed: one column in two orders at a time, not ten
+        if name.endswith("_tokens"):
+            v = np.zeros(n_rows, np.int64)
+            v[row] = np.rint(cols.pop(name)).astype(np.int64)
+        else:
+            v = np.zeros(n_rows, np.float64)
+            v[row] = cols.pop(name)
+        frame[name] = v
     return pl.DataFrame(frame)
 
 

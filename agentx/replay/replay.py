@@ -166,7 +166,10 @@ class Partial:
     over_context: int  # calls whose input + output tokens pass the model's max context
 
     def slim(self) -> Partial:
-        return replace(self, calls=self.calls.select(SLIM_COLUMNS))
+        # copies: a priced column can be a view of the kernel's whole (stages × calls) array,
+        # which a zero-copy select would keep alive for every partition
+        cols = {c: np.array(self.calls.get_column(c).to_numpy()) for c in SLIM_COLUMNS}
+        return replace(self, calls=pl.DataFrame(cols))
 
 
 SLIM_COLUMNS = ("t_start_s", "input_tokens", "output_tokens", "ttft_s", "decode_latency_s")

@@ -78,3 +78,57 @@ def read_trace(path: os.PathLike | str, *, validate: bool = True) -> Trace:
         S.validate(df, path)
         df = S.conform(df)  # a column of null type (all values absent) gets its real type
     return Trace(df, meta)
+
+
+def read_trace_columns(
+    path: os.PathLike | str, columns: list[str], *, batch_rows: int = 1 << 20
+) -> Trace:
+    """``read_trace`` keeping only ``columns``: every row is validated as ``read_trace`` does,
+    in batches of whole sessions (rows are grouped by session), so the columns a command does
+    not use are never in memory for the whole file. Any problem falls back to ``read_trace``
+    itself, so errors read exactly as there."""
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+        raw = pf.schema_arrow.metadata or {}
+    except Exception:  # noqa: BLE001 (read_trace words every way a file can be unreadable)
+        return _projected(read_trace(path), columns)
+    meta = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in raw.items()}
+    meta.pop("ARROW:schema", None)
+    if meta.get(S.META_SCHEMA_VERSION) != S.SCHEMA_VERSION:
+        return _projected(read_trace(path), columns)
+    kept, seen, carry = [], [], None
+    try:
+        for rb in pf.iter_batches(batch_size=batch_rows):
+            df = pl.from_arrow(rb)
+            df = df if carry is None else pl.concat([carry, df])
+            sid = df["session_id"]
+            differs = (sid != sid[-1]).to_numpy() if df.height else None
+            cut = int(differs.nonzero()[0][-1]) + 1 if differs is not None and differs.any() else 0
+            if cut:
+                kept.append(_checked(df.slice(0, cut), path, seen, columns))
+            carry = df.slice(cut)
+        if carry is not None and carry.height:
+            kept.append(_checked(carry, path, seen, columns))
+    except InputError:
+        return _projected(read_trace(path), columns)  # the whole file names the row
+    if not kept:
+        return _projected(read_trace(path), columns)
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()  # the dropped columns' decode buffers
+    return Trace(pl.concat(kept, how="vertical", rechunk=False), meta)  # no second copy
+
+
+def _checked(df: pl.DataFrame, path, seen: list, columns: list[str]) -> pl.DataFrame:
+    S.validate(df, path)
+    sessions = df["session_id"].unique()
+    if seen and pl.concat(seen).is_in(sessions.implode()).any():  # a session split across batches
+        raise InputError(path, "expected each session's rows to be contiguous")
+    seen.append(sessions)
+    return df.select(columns)
+
+
+def _projected(trace: Trace, columns: list[str]) -> Trace:
+    return Trace(trace.calls.select(columns), trace.meta)
