@@ -96,8 +96,10 @@ def read_trace_columns(
         return _projected(read_trace(path), columns)
     meta = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in raw.items()}
     meta.pop("ARROW:schema", None)
-    if meta.get(S.META_SCHEMA_VERSION) != S.SCHEMA_VERSION:
-        return _projected(read_trace(path), columns)
+    if meta.get(S.META_SCHEMA_VERSION) != S.SCHEMA_VERSION or not set(S.COLUMN_NAMES) <= set(
+        pf.schema_arrow.names
+    ):
+        return _projected(read_trace(path), columns)  # read_trace names what is missing
     kept, seen, carry = [], [], None
     try:
         for rb in pf.iter_batches(batch_size=batch_rows):
@@ -111,7 +113,7 @@ def read_trace_columns(
             carry = df.slice(cut)
         if carry is not None and carry.height:
             kept.append(_checked(carry, path, seen, columns))
-    except InputError:
+    except (InputError, pl.exceptions.PolarsError):
         return _projected(read_trace(path), columns)  # the whole file names the row
     if not kept:
         return _projected(read_trace(path), columns)
