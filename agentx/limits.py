@@ -23,6 +23,9 @@ LIMITS = {
     # a replay holds about 800 B per call (10^7 one-call sessions passed 7.8 GB RSS): 5 M calls
     # keep it near 4 GB; the real traces hold at most tens of thousands of calls
     "calls": ("AGENTX_MAX_CALLS", 5_000_000, "calls in one trace"),
+    # a streamed trace (agentx synth, streamed partition) holds one chunk at a time and checks
+    # "calls" per chunk; this bounds only its total, i.e. the disk it fills (~33 B per call)
+    "calls_streamed": ("AGENTX_MAX_CALLS_STREAMED", 10**11, "calls in one streamed trace"),
     "intervals": ("AGENTX_MAX_INTERVALS", 10_000_000, "time-series intervals"),
 }
 

@@ -314,3 +314,69 @@ def test_cli_help_ends_with_an_example():
     res = CliRunner().invoke(cli, ["synth", "--help"])
     assert res.exit_code == 0
     assert res.output.strip().split("\n\n")[-1].strip().startswith("Example: agentx synth -o")
+
+
+# --- streamed synth: chunks of whole sessions, memory independent of the trace size ----------
+
+
+def test_cli_streams_the_in_memory_trace_byte_for_byte_when_it_fits_one_chunk(tmp_path):
+    """A trace within one chunk is drawn and written exactly as the in-memory path does."""
+    from agentx.cli.cmd_synth import _summary
+
+    for args, kw in (
+        (["--sessions", 40, "--seed", 3], {"n_sessions": 40}),
+        (["--calls", 3_000, "--seed", 3], {"n_calls": 3_000}),
+    ):
+        out, ref = tmp_path / "cli.parquet", tmp_path / "ref.parquet"
+        res = _run("-o", out, *args, "--json")
+        assert res.exit_code == 0, res.output
+        trace = synthesize(**kw, seed=3)
+        write_trace(trace, ref)
+        assert out.read_bytes() == ref.read_bytes()
+        got = json.loads(res.output)["summary"]
+        want = _summary(trace.calls, out, 0.0)
+        assert {k: v for k, v in got.items() if k != "elapsed_s"} == {
+            k: v for k, v in want.items() if k != "elapsed_s"
+        }
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    chunk=st.integers(1, 3_000),
+    n=st.integers(1, 6_000),
+    seed=st.integers(0, 2**16),
+    by_calls=st.booleans(),
+)
+def test_chunked_traces_are_valid_exact_and_reproducible(
+    tmp_path_factory, chunk, n, seed, by_calls
+):
+    """Any chunk size: a valid trace of exactly the calls (or sessions) asked, sessions whole
+    within one chunk and starting in order, same seed -> same bytes, and the streamed CLI
+    summary equals the one of the whole frame."""
+    import agentx.traces.synth as sy
+    from agentx.cli.cmd_synth import _Summary, _summary
+    from agentx.traces.io import write_trace_chunks
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sy, "CHUNK_CALLS", chunk)
+        mp.setattr(sy, "CHUNK_SESSIONS", max(chunk // 60, 1))
+        kw = {"n_calls": n} if by_calls else {"n_sessions": max(n // 60, 1)}
+        df = sy.synthesize(**kw, seed=seed).calls
+        validate(df)
+        if by_calls:
+            assert df.height == n
+        else:
+            assert df["session_id"].n_unique() == kw["n_sessions"]
+        starts = df.group_by("session_id", maintain_order=True).agg(pl.col("t_start_s").min())
+        assert starts["session_id"].is_sorted() and starts["t_start_s"].is_sorted()
+        d = tmp_path_factory.mktemp("s")
+        acc = _Summary()
+        for name in ("a.parquet", "b.parquet"):
+            chunks, meta = sy.synth_chunks(**kw, seed=seed)
+            write_trace_chunks(
+                chunks, meta, d / name, on_chunk=acc.add if name == "a.parquet" else None
+            )
+        assert (d / "a.parquet").read_bytes() == (d / "b.parquet").read_bytes()
+        assert read_trace(d / "a.parquet").calls.equals(df)
+        want = _summary(df, d, 0.0)
+        assert acc.result(d, 0.0) == want
