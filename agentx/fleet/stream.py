@@ -67,7 +67,9 @@ def session_batches(
 def _open(path) -> tuple[pq.ParquetFile, dict[str, str]]:
     p = regular_file(path, "Parquet file")
     try:
-        pf = pq.ParquetFile(p)
+        # pre-buffered reads keep every row group's bytes cached until the file closes
+        # (100 M calls: 3.0 GB vs 0.7 GB just to iterate); streaming wants them dropped
+        pf = pq.ParquetFile(p, pre_buffer=False)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise InputError(p, f"not a readable Parquet file ({exc})") from None
     meta = decode_metadata(pf.schema_arrow.metadata)
