@@ -145,6 +145,7 @@ def main() -> None:
     fig: dict = {"calls": a.calls, "shards": a.shards, "cpus": a.cpus, "router": a.router,
                  "max_block_refs": a.max_block_refs, "calls_mode": a.calls_mode}  # fmt: skip
     agentx = [sys.executable, "-m", "agentx"]
+    os.environ.setdefault("AGENTX_MAX_CALLS_STREAMED", str(a.calls))  # synth's total cap
     if not trace.exists():  # streamed: memory follows the chunk, not --calls
         fig["synth_s"], fig["synth_maxrss_bytes"] = _child(
             [*agentx, "synth", "--calls", str(a.calls), "-o", str(trace)]

@@ -61,6 +61,8 @@ def command(
     Each replica's calls go to OUT/replica=K/part-0.parquet, so a Ray task (or any engine)
     reads only its own; the kv-aware and least-loaded routers price calls on --hw to know
     how long each keeps a replica busy. Replay it with 'agentx replay OUT --hw … --engine ray'.
+    The session router without a store streams TRACE in batches of whole sessions (memory
+    independent of its calls); the others hold the whole trace in memory.
     """
     from agentx.catalog import load_catalog
     from agentx.errors import UsageError
