@@ -333,14 +333,44 @@ def write_parquet_atomic(
         write_parquet_file(table, tmp)
 
 
+ROW_GROUP_ROWS = 1 << 20
+
+
 def write_parquet_file(table: pa.Table, path: Path) -> None:
     """The one Parquet layout agentx writes (inside an atomic file or run folder)."""
     try:
         pq.write_table(
-            table, path, compression="zstd", row_group_size=1 << 20, write_statistics=True
+            table, path, compression="zstd", row_group_size=ROW_GROUP_ROWS, write_statistics=True
         )
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise UsageError(f"cannot write Parquet: {one_line(exc)}") from None
+
+
+class ParquetAppender:
+    """:func:`write_parquet_file`'s layout written piece by piece: tables with one schema
+    appended as row groups, so a file bigger than memory streams out. One table appended
+    gives the same bytes as ``write_parquet_file``; the file is opened on the first append
+    (or, for none, at close with ``schema``)."""
+
+    def __init__(self, path: Path, schema: pa.Schema | None = None) -> None:
+        self.path, self.schema, self._w = path, schema, None
+
+    def append(self, table: pa.Table) -> None:
+        if self._w is None:
+            self.schema = table.schema
+            self._w = pq.ParquetWriter(
+                self.path, table.schema, compression="zstd", write_statistics=True
+            )
+        elif table.schema != self.schema:
+            table = table.cast(self.schema)  # metadata and nullability as the first piece
+        self._w.write_table(table, row_group_size=ROW_GROUP_ROWS)
+
+    def close(self) -> None:
+        if self._w is None:
+            if self.schema is None:
+                raise UsageError("cannot write Parquet: no table and no schema")
+            self.append(self.schema.empty_table())
+        self._w.close()
 
 
 def regular_file(path: PathLike, what: str = "file") -> Path:

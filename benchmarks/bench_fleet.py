@@ -4,8 +4,8 @@ Plain script (no assertions)::
 
     .venv/bin/python benchmarks/bench_fleet.py --calls 10000000 --shards 64 --cpus 2
 
-Steps, each timed: ``agentx synth`` (N calls), the routing pass + partitioned dataset
-(``agentx.fleet.plan_fleet``, session router), then one Ray task per shard
+Steps, each timed: ``agentx synth`` (N calls, streamed), ``agentx partition`` (streamed for
+the session router: agentx.fleet.stream), then one Ray task per shard
 (``agentx.fleet.engines.run_ray``) reading only its shard, and the merge. Each task reports
 its wall time and its worker's peak RSS (``ru_maxrss``: the worker's peak over every task it
 ran, so the figure is per worker). Prints calls/s per worker, per-partition cost, and bytes
@@ -42,6 +42,7 @@ def timed_replica(part, cfg, opts, replica):
         "maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "result_bytes": len(pickle.dumps(p, protocol=5)),
     }
+    print("bench-task", json.dumps(p.summary["_bench"]), flush=True)  # kept if the run is cut
     return p
 
 
@@ -97,6 +98,15 @@ def sample_shards(a, work: Path) -> None:
     print(json.dumps(out, indent=2))
 
 
+def _child(cmd: list[str]) -> tuple[float, int]:
+    """Wall time and peak RSS of a CLI step run as its own process."""
+    t = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return time.perf_counter() - t, (peak if peak > before else before) * 1024
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=10_000_000)
@@ -113,19 +123,19 @@ def main() -> None:
         "synthesized on its own (session routing keeps sessions whole, so a shard is a trace "
         "of whole sessions); for traces too large to route on this machine",
     )
+    ap.add_argument("--dataset", type=Path, default=None, help="an existing partitioned dataset")
+    ap.add_argument("--only-shards", type=int, default=0, help="replay only the first K partitions")
     ap.add_argument("--keep", type=Path, default=None, help="work folder to keep (default: temp)")
     a = ap.parse_args()
 
     import ray
 
     from agentx.catalog import load_catalog
-    from agentx.fleet import plan_fleet
     from agentx.fleet.engines import run_ray
     from agentx.fleet.merge import merge
-    from agentx.fleet.partition import read_dataset, write_dataset
+    from agentx.fleet.partition import read_dataset
     from agentx.fleet.replica import ReplicaOptions
     from agentx.replay.config import make_config
-    from agentx.traces.io import read_trace
 
     work = a.keep or Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -134,27 +144,24 @@ def main() -> None:
     trace = work / f"synth-{a.calls}.parquet"
     fig: dict = {"calls": a.calls, "shards": a.shards, "cpus": a.cpus, "router": a.router,
                  "max_block_refs": a.max_block_refs, "calls_mode": a.calls_mode}  # fmt: skip
-    if not trace.exists():
-        t = time.perf_counter()
-        subprocess.run(
-            [sys.executable, "-m", "agentx", "synth", "--calls", str(a.calls), "-o", str(trace)],
-            check=True, stdout=subprocess.DEVNULL,
-        )  # fmt: skip
-        fig["synth_s"] = time.perf_counter() - t
+    agentx = [sys.executable, "-m", "agentx"]
+    os.environ.setdefault("AGENTX_MAX_CALLS_STREAMED", str(a.calls))  # synth's total cap
+    if not trace.exists():  # streamed: memory follows the chunk, not --calls
+        fig["synth_s"], fig["synth_maxrss_bytes"] = _child(
+            [*agentx, "synth", "--calls", str(a.calls), "-o", str(trace)]
+        )
     fig["trace_bytes"] = trace.stat().st_size
     cfg = make_config(load_catalog(()), "gb200", "kimi-k2")
-    ds = work / f"ds-{a.shards}"
-    if not (ds / "fleet.json").exists():
-        t = time.perf_counter()
-        tr = read_trace(trace)
-        parts, manifest = plan_fleet(tr, cfg, a.shards, a.router)
-        fig["route_s"] = time.perf_counter() - t
-        write_dataset(parts, ds, manifest)
-        fig["partition_s"] = time.perf_counter() - t
-        del tr, parts
-    fig["driver_maxrss_bytes_partition"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    ds = a.dataset or work / f"ds-{a.shards}"
+    if not (ds / "fleet.json").exists():  # streamed for the session router (agentx.fleet.stream)
+        fig["partition_s"], fig["partition_maxrss_bytes"] = _child(
+            [*agentx, "partition", str(trace), "--hw", "gb200", "--replicas", str(a.shards),
+             "--router", a.router, "-o", str(ds), "-q"]
+        )  # fmt: skip
     fig["dataset_bytes"] = sum(f.stat().st_size for f in ds.rglob("*.parquet"))
     manifest, parts = read_dataset(ds)
+    if a.only_shards:  # a time-boxed run: the first K partitions (no merge)
+        parts = parts[: a.only_shards]
 
     ray.init(num_cpus=a.cpus, include_dashboard=False, logging_level="ERROR",
              object_store_memory=2_000_000_000)  # fmt: skip
@@ -175,11 +182,13 @@ def main() -> None:
     )
     fig["ray_wall_s"] = time.perf_counter() - t
     ray.shutdown()
-    t = time.perf_counter()
-    merged = merge(
-        partials, manifest["replicas"], {"router": a.router, "sessions": manifest["sessions"]}
-    )
-    fig["merge_s"] = time.perf_counter() - t
+    merged = None
+    if len(partials) == manifest["replicas"]:
+        t = time.perf_counter()
+        merged = merge(
+            partials, manifest["replicas"], {"router": a.router, "sessions": manifest["sessions"]}
+        )
+        fig["merge_s"] = time.perf_counter() - t
     fig["driver_maxrss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     b = [p.summary["_bench"] for p in partials if "_bench" in p.summary]
     walls = sorted(x["wall_s"] for x in b)
@@ -191,7 +200,9 @@ def main() -> None:
         w["maxrss_bytes"] = max(w["maxrss_bytes"], x["maxrss_bytes"])
     fig.update(
         workers=len(per_worker),
-        calls_per_s_total=a.calls / fig["ray_wall_s"],
+        partitions_run=len(b),
+        calls_run=sum(x["calls"] for x in b),
+        calls_per_s_total=sum(x["calls"] for x in b) / fig["ray_wall_s"],
         calls_per_s_per_worker=[w["calls"] / w["busy_s"] for w in per_worker.values()],
         peak_rss_gb_per_worker=[w["maxrss_bytes"] / 1e9 for w in per_worker.values()],
         task_s={
@@ -202,8 +213,9 @@ def main() -> None:
         },  # fmt: skip
         calls_per_partition_mean=a.calls / a.shards,
         result_bytes_total=sum(x["result_bytes"] for x in b),
-        hit_ratio=merged["summary"]["fleet"]["hit_ratio"],
-        imbalance=merged["summary"]["fleet"]["imbalance"],
+        hit_ratio=merged and merged["summary"]["fleet"]["hit_ratio"],
+        imbalance=merged and merged["summary"]["fleet"]["imbalance"],
+        kv_block_size_tokens=sorted({p.summary["kv_tiers"]["block_size_tokens"] for p in partials}),
         load=os.getloadavg(),
     )
     print(json.dumps(fig, indent=2))

@@ -61,11 +61,14 @@ def command(
     Each replica's calls go to OUT/replica=K/part-0.parquet, so a Ray task (or any engine)
     reads only its own; the kv-aware and least-loaded routers price calls on --hw to know
     how long each keeps a replica busy. Replay it with 'agentx replay OUT --hw … --engine ray'.
+    The session router without a store streams TRACE in batches of whole sessions (memory
+    independent of its calls); the others hold the whole trace in memory.
     """
     from agentx.catalog import load_catalog
     from agentx.errors import UsageError
     from agentx.fleet import DEFAULT_ROUTER, plan_fleet
     from agentx.fleet.partition import write_dataset
+    from agentx.fleet.stream import STREAMED_ROUTERS, partition_stream
     from agentx.fmt import num
     from agentx.io import ensure_distinct
     from agentx.replay.config import make_config
@@ -77,20 +80,28 @@ def command(
     if n is None:
         raise UsageError("give --replicas or --gpus-total")
     ensure_distinct(out_dir, [trace, *catalog_files])
-    tr = read_trace(trace)
-    parts, manifest = plan_fleet(
-        tr, cfg, n, router or DEFAULT_ROUTER, eps=balance_eps, overlap_weight=overlap_weight,
-        store=store_of(store_gb, store_gbps),
-    )  # fmt: skip
-    manifest = {**manifest, "hw": hw, "model": model_name, "gpus_per_replica": cfg.gpus}
-    write_dataset(parts, out_dir, manifest, inputs=[trace, *catalog_files])
-    sizes = [p.calls.height for p in parts]
+    router = router or DEFAULT_ROUTER
+    store = store_of(store_gb, store_gbps)
+    extra = {"hw": hw, "model": model_name, "gpus_per_replica": cfg.gpus}
+    if router in STREAMED_ROUTERS and store is None:  # bounded memory at any trace size
+        manifest = partition_stream(
+            trace, out_dir, n, extra, eps=balance_eps, overlap_weight=overlap_weight,
+            inputs=[trace, *catalog_files],
+        )  # fmt: skip
+        sizes = [manifest["calls_per_replica"][str(r)] for r in range(n)]
+    else:  # routing state across sessions (or the store): the whole trace in memory
+        parts, manifest = plan_fleet(
+            read_trace(trace), cfg, n, router, eps=balance_eps, overlap_weight=overlap_weight,
+            store=store,
+        )  # fmt: skip
+        write_dataset(parts, out_dir, {**manifest, **extra}, inputs=[trace, *catalog_files])
+        sizes = [p.calls.height for p in parts]
     if as_json:
-        emit_json({"output": str(out_dir), "replicas": len(parts), "router": manifest.get("router"),
+        emit_json({"output": str(out_dir), "replicas": len(sizes), "router": manifest.get("router"),
                    "calls": sum(sizes), "calls_per_replica": sizes})  # fmt: skip
     elif not quiet:
         click.echo(
-            f"wrote {out_dir}: {len(parts)} partitions, {num(sum(sizes))} calls "
+            f"wrote {out_dir}: {len(sizes)} partitions, {num(sum(sizes))} calls "
             f"({num(min(sizes))}–{num(max(sizes))} per replica)",
             err=True,
         )

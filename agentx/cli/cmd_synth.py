@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import click
+import numpy as np
 import polars as pl
 
 from agentx.cli._common import emit_json, json_option, output_file_option, print_table
@@ -99,8 +100,8 @@ def command(
     """
     from agentx.io import check_output
     from agentx.traces.fit import fit_params, fit_report, share_report
-    from agentx.traces.io import read_trace, write_trace
-    from agentx.traces.synth import SynthParams, synthesize
+    from agentx.traces.io import read_trace, write_trace, write_trace_chunks
+    from agentx.traces.synth import SynthParams, synth_chunks, synthesize
 
     bench = {"--isl": isl_tokens, "--osl": osl_tokens, "--concurrency": concurrency}
     if any(v is not None for v in (*bench.values(), requests)):
@@ -152,8 +153,11 @@ def command(
     check_output(output, [like])
     from agentx.limits import check
 
-    check("calls", calls or 0, "--calls")
-    check("calls", (sessions or 0) * 100, "--sessions (counted as 100 calls each)")
+    # streamed, the trace is checked chunk by chunk; with --like the fit report compares
+    # whole traces in memory
+    cap = "calls" if like is not None else "calls_streamed"
+    check(cap, calls or 0, "--calls")
+    check(cap, (sessions or 0) * 100, "--sessions (counted as 100 calls each)")
     started = time.perf_counter()
     params = SynthParams()
     real = None
@@ -173,12 +177,17 @@ def command(
         params = dataclasses.replace(params, session_rate_per_s=rate_per_s)
     if sessions is None and calls is None:
         sessions = DEFAULT_SESSIONS
-    trace = synthesize(sessions, n_calls=calls, seed=seed, params=params)
-    write_trace(trace, output, inputs=[like])
-    summary = _summary(trace.calls, output, time.perf_counter() - started)
     fit = shares = None
     if real is not None:
+        trace = synthesize(sessions, n_calls=calls, seed=seed, params=params)
+        write_trace(trace, output, inputs=[like])
+        summary = _summary(trace.calls, output, time.perf_counter() - started)
         fit, shares = fit_report(real, trace), share_report(real, trace)
+    else:  # streamed: chunks of whole sessions, memory independent of --calls/--sessions
+        chunks, meta = synth_chunks(sessions, n_calls=calls, seed=seed, params=params)
+        acc = _Summary()
+        write_trace_chunks(chunks, meta, output, on_chunk=acc.add)
+        summary = acc.result(output, time.perf_counter() - started)
     if as_json:
         obj: dict[str, object] = {"summary": summary}
         if fit is not None:
@@ -210,3 +219,46 @@ def _summary(df: pl.DataFrame, output: Path, seconds: float) -> dict[str, object
         "duration_s": round(float(df["t_start_s"].max() or 0.0), 3),
         "elapsed_s": round(seconds, 3),
     }
+
+
+class _Summary:
+    """``_summary`` of a trace seen chunk by chunk (chunks hold whole sessions): counts add
+    up, medians come exact from value counts (few distinct token counts, not one per call)."""
+
+    def __init__(self) -> None:
+        self.n = {"sessions": 0, "calls": 0, "subagent_calls": 0, "compactions": 0}
+        self.max_input, self.t_max = 0, 0.0
+        self.counts: dict[str, pl.DataFrame] = {}
+
+    def add(self, df: pl.DataFrame) -> None:
+        self.n["sessions"] += df["session_id"].n_unique()
+        self.n["calls"] += df.height
+        self.n["subagent_calls"] += int(df["agent_id"].is_not_null().sum())
+        self.n["compactions"] += int(df["is_compaction"].sum())
+        self.max_input = max(self.max_input, int(df["input_tokens"].max() or 0))
+        self.t_max = max(self.t_max, float(df["t_start_s"].max() or 0.0))
+        for c in ("input_tokens", "output_tokens"):
+            vc = df[c].value_counts(name="n")
+            old = self.counts.get(c)
+            self.counts[c] = (
+                vc if old is None else pl.concat([old, vc]).group_by(c).agg(pl.sum("n"))
+            )
+
+    def median(self, c: str) -> float:
+        vc = self.counts[c].sort(c)
+        v, cum = vc[c].to_numpy(), vc["n"].cum_sum().to_numpy()
+        n = int(cum[-1])
+        lo, hi = (int(np.searchsorted(cum, k, side="right")) for k in ((n - 1) // 2, n // 2))
+        return float((v[lo] + v[hi]) / 2)
+
+    def result(self, output: Path, seconds: float) -> dict[str, object]:
+        n = self.n
+        return {
+            "output": str(output),
+            **n,
+            "input_tokens_p50": self.median("input_tokens") if n["calls"] else 0.0,
+            "max_input_tokens": self.max_input,
+            "output_tokens_p50": self.median("output_tokens") if n["calls"] else 0.0,
+            "duration_s": round(self.t_max, 3),
+            "elapsed_s": round(seconds, 3),
+        }

@@ -70,12 +70,7 @@ def route(
     block_size_tokens: int = 64,
 ) -> np.ndarray:
     """Replica (int32, 0..R-1) of every trace row under ``policy``."""
-    if policy not in ROUTERS:
-        raise UnknownNameError("router", policy, ROUTERS)
-    if replicas < 1:
-        raise UsageError(f"--replicas must be at least 1, got {replicas}")
-    if eps < 0:
-        raise UsageError(f"--balance-eps must be non-negative, got {eps}")
+    check_routing(replicas, policy, eps)
     n = calls.height
     order = arrival_order(calls)
     out = np.empty(n, np.int32)
@@ -119,6 +114,15 @@ def route(
         col("reused_prefix_tokens"), shared, chain, n_chain, group, b, float(overlap_weight), out,
     )  # fmt: skip
     return out
+
+
+def check_routing(replicas: int, policy: str, eps: float) -> None:
+    if policy not in ROUTERS:
+        raise UnknownNameError("router", policy, ROUTERS)
+    if replicas < 1:
+        raise UsageError(f"--replicas must be at least 1, got {replicas}")
+    if eps < 0:
+        raise UsageError(f"--balance-eps must be non-negative, got {eps}")
 
 
 def bounded_load_assign(

@@ -50,6 +50,36 @@ def write_trace(trace: Trace, path: os.PathLike | str, inputs: Iterable = ()) ->
     write_parquet_atomic(df, path, meta, inputs=inputs)
 
 
+def write_trace_chunks(
+    chunks: Iterable[pl.DataFrame],
+    meta: dict[str, str],
+    path: os.PathLike | str,
+    inputs: Iterable = (),
+    on_chunk=None,
+) -> None:
+    """Write a trace arriving as frames of whole sessions, one at a time, atomically.
+
+    Each frame is validated on its own (so the call limit applies per frame, not to the
+    total, and memory follows the biggest frame); one frame gives :func:`write_trace`'s bytes.
+    ``on_chunk(frame)`` sees every frame after it is written (e.g. for a summary).
+    """
+    from agentx.io import ParquetAppender, atomic_path
+
+    meta = {S.META_SCHEMA_VERSION: S.SCHEMA_VERSION, **meta}
+    with atomic_path(path, inputs=inputs) as tmp:
+        out = ParquetAppender(tmp)
+        for df in chunks:
+            df = S.conform(df)
+            S.validate(df, path)
+            table = df.to_arrow()
+            merged = dict(table.schema.metadata or {})
+            merged.update({k.encode(): v.encode() for k, v in meta.items()})
+            out.append(table.replace_schema_metadata(merged))
+            if on_chunk is not None:
+                on_chunk(df)
+        out.close()
+
+
 RAW_SUFFIXES = (".json", ".json.gz", ".jsonl", ".csv", ".gz")
 
 

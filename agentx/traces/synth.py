@@ -14,6 +14,7 @@ point depends on the path) is a tiny numba kernel. Knobs and defaults: ``synth_p
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numba
@@ -32,7 +33,7 @@ from agentx.traces.synth_params import (
     whole_tokens,
 )
 
-__all__ = ["PREFIX_BREAK_MAX_KEEP", "SynthParams", "synthesize"]
+__all__ = ["PREFIX_BREAK_MAX_KEEP", "SynthParams", "synth_chunks", "synthesize"]
 
 TRIGGERS = ("user", "tool_result", "subagent", "compaction")
 
@@ -169,10 +170,12 @@ def _segmented_cumsum(inc: np.ndarray, s: _Streams) -> np.ndarray:
 
 
 def _times(
-    r: dict, p: SynthParams, s: _Streams, first: np.ndarray, user: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+    r: dict, p: SynthParams, s: _Streams, first: np.ndarray, user: np.ndarray, t_after: float | None
+) -> tuple[np.ndarray, np.ndarray, float]:
     """Arrival and think time per row: t_k = t_k-1 + api_k-1 + think_k inside a stream, and a
-    parent's next call waits until its sub-agents spawned before it have finished."""
+    parent's next call waits until its sub-agents spawned before it have finished. The first
+    session starts at 0, or one exponential gap after ``t_after`` (the previous chunk's last
+    session start); also returns this chunk's last session start."""
     think = lognormal_by(
         r["time"],
         user,
@@ -192,9 +195,18 @@ def _times(
         np.maximum.at(think, parent_row[waits] + 1, rel[last][waits] + api[last][waits])
         rel = _segmented_cumsum(np.where(first, 0.0, prev_api + think), s)
     session_t0 = np.cumsum(r["time"].exponential(1.0 / p.session_rate_per_s, s.main_len.size))
-    offset = (session_t0 - session_t0[0])[s.session]
+    t0 = session_t0 - session_t0[0] if t_after is None else t_after + session_t0
+    offset = t0[s.session]
     offset[sub] += rel[parent_row] + api[parent_row]
-    return np.repeat(offset, s.length) + rel, think
+    return np.repeat(offset, s.length) + rel, think, float(t0[-1])
+
+
+# Chunks of the streamed generator: part of its definition (like the seed), not a tuning knob.
+# A trace of at most CHUNK_CALLS calls (or CHUNK_SESSIONS sessions) is one chunk, drawn exactly
+# as the in-memory generator always drew it; a bigger one is a run of chunks of whole sessions,
+# chunk k drawing from its own SeedSequence child, so memory follows the chunk, not the trace.
+CHUNK_CALLS = 1 << 21
+CHUNK_SESSIONS = 1 << 15
 
 
 def synthesize(
@@ -208,8 +220,24 @@ def synthesize(
     """Generate a canonical trace of ``n_sessions`` sessions, or exactly ``n_calls`` calls.
 
     ``overrides`` replace single fields of ``params`` (default ``SynthParams()``), e.g.
-    ``synthesize(100, seed=1, context_limit_tokens=200_000)``. Same arguments, same frame.
+    ``synthesize(100, seed=1, context_limit_tokens=200_000)``. Same arguments, same frame;
+    the concatenation of :func:`synth_chunks` (held in memory: large traces go through
+    :func:`agentx.traces.io.write_trace_chunks` instead).
     """
+    chunks, meta = synth_chunks(n_sessions, n_calls=n_calls, seed=seed, params=params, **overrides)
+    return Trace(S.conform(pl.concat(list(chunks), rechunk=True)), meta)
+
+
+def synth_chunks(
+    n_sessions: int | None = None,
+    *,
+    n_calls: int | None = None,
+    seed: int = 0,
+    params: SynthParams | None = None,
+    **overrides: object,
+) -> tuple[Iterator[pl.DataFrame], dict[str, str]]:
+    """The trace of :func:`synthesize` as a lazy run of frames of whole sessions (the last
+    session of a ``n_calls`` trace is cut short), and its metadata."""
     known = {f.name for f in dataclasses.fields(SynthParams)}
     for name in overrides:
         if name not in known:
@@ -222,12 +250,53 @@ def synthesize(
             raise UsageError(f"{name} must be a positive integer, got {v!r}")
     if not isinstance(seed, (int, np.integer)) or seed < 0:
         raise UsageError(f"seed must be a non-negative integer, got {seed!r}")
-    # One random stream per concern: a change in one knob leaves the other draws alone.
-    keys = ("len", "sub", "row", "time", "first")
-    r = {
-        k: np.random.default_rng(q)
-        for k, q in zip(keys, np.random.SeedSequence(seed).spawn(5), strict=True)
-    }
+    run = {"seed": int(seed), "n_sessions": n_sessions, "n_calls": n_calls}
+    meta = trace_metadata(
+        "synth", block_size_tokens=None, hash_scope="none", options={**run, **p.as_dict()}
+    )
+    return _chunks(p, n_sessions, n_calls, int(seed)), meta
+
+
+def _chunks(
+    p: SynthParams, n_sessions: int | None, n_calls: int | None, seed: int
+) -> Iterator[pl.DataFrame]:
+    total = n_sessions if n_calls is None else n_calls
+    cap = CHUNK_SESSIONS if n_calls is None else CHUNK_CALLS
+    # session ids keep one width across chunks: the in-memory one for a single chunk, else
+    # wide enough for the most sessions the trace can hold
+    width = None if total <= cap else max(6, len(str(total - 1)))
+    done, first_session, t_after, k = 0, 0, None, 0
+    while done < total:
+        size = min(total - done, cap)
+        # One random stream per concern: a change in one knob leaves the other draws alone.
+        # Chunk 0 draws from the seed's first five children (as it always did), chunk k from
+        # the children of its (4 + k)-th.
+        root = np.random.SeedSequence(seed, spawn_key=() if k == 0 else (4 + k,))
+        keys = ("len", "sub", "row", "time", "first")
+        r = {q: np.random.default_rng(c) for q, c in zip(keys, root.spawn(5), strict=True)}
+        df, n_sess, t_after = _chunk(
+            r, p, None if n_sessions is None else size, None if n_calls is None else size,
+            rows=None if n_calls is None else total - done, first_session=first_session,
+            t_after=t_after, width=width,
+        )  # fmt: skip
+        done += n_sess if n_calls is None else df.height
+        first_session += n_sess
+        k += 1
+        yield df
+
+
+def _chunk(
+    r: dict,
+    p: SynthParams,
+    n_sessions: int | None,
+    n_calls: int | None,
+    *,
+    rows: int | None,
+    first_session: int,
+    t_after: float | None,
+    width: int | None,
+) -> tuple[pl.DataFrame, int, float]:
+    """One chunk's calls, its session count and its last session start."""
     s = _streams(r, p, n_sessions, n_calls)
 
     # Rows, stream-major: per-call draws as whole arrays.
@@ -269,13 +338,14 @@ def synthesize(
         reused,
         compaction,
     )
-    t, think = _times(r, p, s, first, user)
+    t, think, t_last = _times(r, p, s, first, user, t_after)
 
     # Interleave sub-agent calls by time; only sessions with sub-agents need reordering.
     row_session = np.repeat(s.session, s.length)
     mixed = np.flatnonzero(s.has_sub[row_session])
     order = mixed[np.lexsort((row_st[mixed], t[mixed], row_session[mixed]))]
-    rows = N if n_calls is None else n_calls  # cutting the last session keeps a valid prefix
+    # whole sessions, but never past the calls left: cutting the last session keeps a valid prefix
+    rows = N if rows is None else min(N, rows)
 
     def final(x: np.ndarray) -> np.ndarray:
         """``x`` in output order: rows of sessions with sub-agents sorted by time, then cut."""
@@ -299,17 +369,24 @@ def synthesize(
         "trigger": pl.Series(TRIGGERS).gather(trigger),
         "think_time_s": final(think),
     }
-    run = {"seed": int(seed), "n_sessions": n_sessions, "n_calls": n_calls}
-    return _frame(s, p, rs, final(np.repeat(s.rank, s.length)), cols, run)
+    rank = final(np.repeat(s.rank, s.length))
+    return _frame(s, p, rs, rank, cols, first_session, width), s.main_len.size, t_last
 
 
 def _frame(
-    s: _Streams, p: SynthParams, rs: np.ndarray, rank: np.ndarray, cols: dict, run: dict
-) -> Trace:
+    s: _Streams,
+    p: SynthParams,
+    rs: np.ndarray,
+    rank: np.ndarray,
+    cols: dict,
+    first_session: int,
+    width: int | None,
+) -> pl.DataFrame:
     # Strings are gathered from small tables: building 10M strings by expression is slower.
     n, rows = s.main_len.size, rs.size
-    width = max(6, len(str(n - 1)))
-    names = pl.Series(np.char.add("s", np.char.zfill(np.arange(n).astype(str), width)))
+    width = width or max(6, len(str(n - 1)))
+    ids = np.arange(first_session, first_session + n).astype(str)
+    names = pl.Series(np.char.add("s", np.char.zfill(ids, width)))
     agents = pl.Series([None, *(f"sub{k}" for k in range(1, int(rank.max()) + 1))], dtype=pl.String)
     const = np.zeros(rows, np.int64)
     calls = pl.DataFrame(
@@ -323,8 +400,4 @@ def _frame(
             "source": pl.Series(["synth"]).gather(const),
         }
     )
-    options = {**run, **p.as_dict()}
-    return Trace(
-        S.conform(calls),
-        trace_metadata("synth", block_size_tokens=None, hash_scope="none", options=options),
-    )
+    return S.conform(calls)
