@@ -31,6 +31,10 @@ LIMITS = {
 }
 
 
+# what a raised limit costs, where it is not memory
+RESOURCE = {"calls_streamed": "time and disk"}
+
+
 def limit(name: str) -> int:
     env, default, _ = LIMITS[name]
     raw = os.environ.get(env)
@@ -47,5 +51,5 @@ def check(name: str, value: float, where: str) -> None:
         env, _, what = LIMITS[name]
         raise LimitError(
             f"{where}: {int(value):,} {what} is past the limit of {cap:,} "
-            f"(set {env} to raise it, if the machine has the memory)"
+            f"(set {env} to raise it, if the machine has the {RESOURCE.get(name, 'memory')})"
         )
