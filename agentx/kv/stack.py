@@ -25,6 +25,7 @@ import numba as nb
 import numpy as np
 
 from agentx.kv.blocks import BlockStream
+from agentx.kv.jit import bisect
 
 # Columns of the kernel's segment table (S_OLD: previous time of the segment's first block).
 S_CALL, S_REF0, S_N, S_W, S_READ_TOK, S_IS_READ, S_DIST, S_OLD, S_SW = range(9)
@@ -109,7 +110,7 @@ def _unique(x: np.ndarray) -> np.ndarray:
     return x[np.concatenate(([True], x[1:] != x[:-1]))] if x.size else x
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True)
 def _add(tree, i, v1, v2, v3):  # pragma: no cover (compiled)
     n = tree.shape[0]
     while i < n:
@@ -119,25 +120,26 @@ def _add(tree, i, v1, v2, v3):  # pragma: no cover (compiled)
         i += i & -i
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True)
 def _move(tree, coords, lo, hi, v):  # pragma: no cover (compiled)
     """Add v at 0-based times lo..hi. A run goes to columns 0 and 1 (a range-update/range-query
     Fenwick pair), a single time to column 2 (a plain Fenwick tree): one walk per point, two
     per run. The three columns of a node share a cache line. Indices are positions among the
     update times ``coords``, so the tree is as small as the number of segments, not of times."""
-    a = np.searchsorted(coords, lo + 1) + 1 if coords.size else lo + 1
+    a = bisect(coords, lo + 1) + 1 if coords.size else lo + 1
+    zero = np.int64(0)  # not a literal 0: _add compiles once
     if lo == hi:
-        _add(tree, a, 0, 0, v)
+        _add(tree, a, zero, zero, v)
     else:
-        z = np.searchsorted(coords, hi + 2) + 1 if coords.size else hi + 2
-        _add(tree, a, v, v * lo, 0)
-        _add(tree, z, -v, -v * (hi + 1), 0)
+        z = bisect(coords, hi + 2) + 1 if coords.size else hi + 2
+        _add(tree, a, v, v * lo, zero)
+        _add(tree, z, -v, -v * (hi + 1), zero)
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True)
 def _prefix(tree, coords, i):  # pragma: no cover (compiled)
     """Sum of weights at 0-based times 0..i-1."""
-    c = np.searchsorted(coords, i, side="right") if coords.size else i
+    c = bisect(coords, i + 1) if coords.size else i  # integer times: right of i = left of i + 1
     s1 = s2 = s3 = 0
     while c > 0:
         s1 += tree[c, 0]
@@ -196,9 +198,7 @@ def _segment_pass(
             else:
                 if o_call >= 0:
                     if ns == cap:
-                        grown = np.empty((cap * 2, 9), np.int64)
-                        grown[:cap] = segs
-                        segs = grown
+                        segs = _grow(segs, cap * 2)
                         cap *= 2
                     _store(segs[ns], o_call, o_ref0, o_n, o_w, o_rt, o_read, o_first, o_old, o_sw)
                     ns += 1
@@ -209,12 +209,21 @@ def _segment_pass(
             prev_p = p
     if o_call >= 0:
         if ns == cap:
-            grown = np.empty((cap + 1, 9), np.int64)
-            grown[:cap] = segs
-            segs = grown
+            segs = _grow(segs, cap + 1)
         _store(segs[ns], o_call, o_ref0, o_n, o_w, o_rt, o_read, o_first, o_old, o_sw)
         ns += 1
     return segs[:ns].copy(), weight, last, kill_pos, kill_w
+
+
+@nb.njit(cache=True)
+def _grow(segs, cap):  # pragma: no cover (compiled)
+    # element by element: a slice assignment compiles numba's broadcast checks (2 s of a fresh
+    # install's first replay, benchmarks/bench_startup.py)
+    grown = np.empty((cap, segs.shape[1]), np.int64)
+    for i in range(segs.shape[0]):
+        for c in range(segs.shape[1]):
+            grown[i, c] = segs[i, c]
+    return grown
 
 
 @nb.njit(cache=True, inline="always")
