@@ -261,3 +261,41 @@ def test_both_time_axes_agree_with_step_by_step_lru(shape):
         np.testing.assert_array_equal(
             (dist >= 0) & (dist <= cap), lru_hits(ids, res.block_weight, cap)
         )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(0, 40), min_size=1, max_size=400),
+    st.integers(1, 12),
+    st.lists(st.integers(0, 40), max_size=12),
+)
+def test_point_and_compressed_time_axes_give_the_same_stack(ids, n_calls, freed):
+    """Both distance passes (plain point tree over every time, or the range pair over the
+    segments' boundaries) on the same stream, with some blocks freed from the LRU: equal."""
+    from agentx.kv import stack
+
+    ids = np.array(ids, np.int64)
+    n_calls = min(n_calls, ids.size)
+    cuts = np.linspace(0, ids.size, n_calls + 1).astype(np.int64)
+    per = np.diff(cuts)
+    z = np.zeros(n_calls, np.int64)
+    n_blocks = int(ids.max()) + 1
+    free = np.zeros(n_blocks, bool)
+    free[[f for f in freed if f < n_blocks]] = True
+    stream = BlockStream(
+        block_size_tokens=16, row=np.arange(n_calls), ref_off=cuts, n_read=per // 2, write_pos=per // 2,
+        input_tokens=per * 16 - 3, reused_tokens=(per // 2) * 16, ref_block=ids, n_blocks=n_blocks,
+        shared=np.zeros(n_blocks, bool), chain=z, agent=z, compaction=z.astype(bool),
+    )  # fmt: skip
+    kill_off = np.concatenate(([0, 0], np.full(n_calls - 1, 2))).astype(np.int64)[: n_calls + 1]
+    kill_blocks = ids[:2].copy()
+    got = {}
+    for points in (True, False):
+        original = stack.point_axis
+        stack.point_axis = lambda n_segs, n_refs, p=points: p
+        try:
+            got[points] = stack.lru_stack(stream, kill_off, kill_blocks, free)
+        finally:
+            stack.point_axis = original
+    for field in ("dist_tokens", "final_dist_tokens", "n", "last_ref"):
+        np.testing.assert_array_equal(getattr(got[True], field), getattr(got[False], field))

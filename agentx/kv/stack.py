@@ -69,13 +69,9 @@ def lru_stack(stream: BlockStream, kill_off=None, kill_blocks=None, free=None) -
         kill_blocks,
         np.zeros(stream.n_blocks, np.bool_) if free is None else free,
     )
-    first = segs[:, S_DIST] < 0
-    old = segs[~first]
-    live = kill_pos >= 0
-    # Compress the time axis to the segments' boundaries unless nearly every reference is
-    # its own segment (random streams), where direct indexing is faster than a search.
-    coords = np.zeros(0, np.int64)
-    if 8 * len(segs) < stream.n_refs:
+    if not point_axis(len(segs), stream.n_refs):
+        old = segs[segs[:, S_DIST] >= 0]
+        live = kill_pos >= 0
         coords = _unique(
             np.concatenate(
                 (
@@ -88,7 +84,18 @@ def lru_stack(stream: BlockStream, kill_off=None, kill_blocks=None, free=None) -
                 )
             )
         )
-    final = _distance_pass(segs, kill_off, kill_pos, kill_w, coords, last, stream.ref_block.size)
+        final = _distance_pass(
+            segs, kill_off, kill_pos, kill_w, coords, last, stream.ref_block.size
+        )
+    else:
+        runs = segs[segs[:, S_N] > 1]
+        old = runs[runs[:, S_DIST] >= 0]
+        lo, n = (
+            np.concatenate((runs[:, S_REF0], old[:, S_OLD])),
+            np.concatenate((runs[:, S_N], old[:, S_N])),
+        )
+        rc = _unique(np.concatenate((lo + 1, lo + n + 1)))  # the range pair's update times
+        final = _point_pass(segs, kill_off, kill_pos, kill_w, rc, last, stream.ref_block.size)
     return StackResult(
         call=segs[:, S_CALL],
         ref0=segs[:, S_REF0],
@@ -101,6 +108,13 @@ def lru_stack(stream: BlockStream, kill_off=None, kill_blocks=None, free=None) -
         final_dist_tokens=final,
         last_ref=last,
     )
+
+
+def point_axis(n_segs: int, n_refs: int) -> bool:
+    """Index the tree by every time unless segments are long: compressing the time axis to the
+    segments' boundaries pays when few references start one, not for random streams, where
+    nearly every reference is its own segment and direct indexing beats a search."""
+    return 8 * n_segs >= n_refs
 
 
 def _unique(x: np.ndarray) -> np.ndarray:
@@ -197,9 +211,12 @@ def _segment_pass(
                 o_rt += rt
             else:
                 if o_call >= 0:
-                    if ns == cap:
-                        segs = _grow(segs, cap * 2)
-                        cap *= 2
+                    if ns == cap:  # grow to the segments expected at this rate (random: once)
+                        cap = (
+                            min(max(2 * cap, ns * ref_block.size // r * 9 // 8), ref_block.size)
+                            + 64
+                        )
+                        segs = _grow(segs, cap)
                     _store(segs[ns], o_call, o_ref0, o_n, o_w, o_rt, o_read, o_first, o_old, o_sw)
                     ns += 1
                 o_call, o_ref0, o_n, o_w, o_rt, o_read, o_sw = k, r, 1, w, rt, is_read, sw
@@ -240,22 +257,82 @@ def _distance_pass(segs, kill_off, kill_pos, kill_w, coords, last, t_all):  # pr
     size = coords.size + 2 if coords.size else t_all + 3  # empty coords: every time is one
     tree = np.zeros((size, 3), np.int64)
     si = 0
+    total = 0  # weight of every live block: all of them sit at times before the current one
     n_calls = kill_off.size - 1
     for k in range(n_calls):
         for q in range(kill_off[k], kill_off[k + 1]):
             if kill_pos[q] >= 0:
                 _move(tree, coords, kill_pos[q], kill_pos[q], -kill_w[q])
+                total -= kill_w[q]
         while si < segs.shape[0] and segs[si, S_CALL] == k:
             seg = segs[si]
             n, w, r, s_old = seg[S_N], seg[S_SW], seg[S_REF0], seg[S_OLD]
             if seg[S_DIST] >= 0:
-                seg[S_DIST] = _prefix(tree, coords, r) - _prefix(tree, coords, s_old)
+                seg[S_DIST] = total - _prefix(tree, coords, s_old)  # = _prefix(.., r) - ...
                 _move(tree, coords, s_old, s_old + n - 1, -w)
+                total -= n * w
             _move(tree, coords, r, r + n - 1, w)
+            total += n * w
             si += 1
     final = np.full(last.size, -1, np.int64)
-    total = _prefix(tree, coords, t_all)
     for b in range(last.size):
         if last[b] >= 0:
             final[b] = total - _prefix(tree, coords, last[b])
+    return final
+
+
+@nb.njit(cache=True)
+def _padd(tree, i, v):  # pragma: no cover (compiled)
+    while i < tree.size:
+        tree[i] += v
+        i += i & -i
+
+
+@nb.njit(cache=True)
+def _ppre(tree, i):  # pragma: no cover (compiled)
+    s = 0
+    while i > 0:
+        s += tree[i]
+        i -= i & -i
+    return s
+
+
+@nb.njit(cache=True)
+def _point_pass(segs, kill_off, kill_pos, kill_w, rc, last, t_all):  # pragma: no cover
+    """``_distance_pass`` for random streams (nearly every reference its own segment): points
+    go to a plain one-column Fenwick tree over every time (8 B a node, a third of the memory
+    the three-column walk touches), the few runs to a range pair over their own boundary
+    times ``rc`` (small: stays in cache). Same sums, same distances."""
+    pt = np.zeros(t_all + 2, np.int64)
+    rt = np.zeros((rc.size + 2, 3), np.int64)
+    runs = rc.size > 0
+    si = 0
+    total = 0
+    for k in range(kill_off.size - 1):
+        for q in range(kill_off[k], kill_off[k + 1]):
+            if kill_pos[q] >= 0:
+                _padd(pt, kill_pos[q] + 1, -kill_w[q])
+                total -= kill_w[q]
+        while si < segs.shape[0] and segs[si, S_CALL] == k:
+            seg = segs[si]
+            n, w, r, s_old = seg[S_N], seg[S_SW], seg[S_REF0], seg[S_OLD]
+            if seg[S_DIST] >= 0:
+                d = total - _ppre(pt, s_old)
+                seg[S_DIST] = d - _prefix(rt, rc, s_old) if runs else d
+                if n == 1:
+                    _padd(pt, s_old + 1, -w)
+                else:
+                    _move(rt, rc, s_old, s_old + n - 1, -w)
+                total -= n * w
+            if n == 1:
+                _padd(pt, r + 1, w)
+            else:
+                _move(rt, rc, r, r + n - 1, w)
+            total += n * w
+            si += 1
+    final = np.full(last.size, -1, np.int64)
+    for b in range(last.size):
+        if last[b] >= 0:
+            d = total - _ppre(pt, last[b])
+            final[b] = d - _prefix(rt, rc, last[b]) if runs else d
     return final
