@@ -229,7 +229,9 @@ def _segment_pass(
             segs = _grow(segs, cap + 1)
         _store(segs[ns], o_call, o_ref0, o_n, o_w, o_rt, o_read, o_first, o_old, o_sw)
         ns += 1
-    return segs[:ns].copy(), weight, last, kill_pos, kill_w
+    if ns * 8 < cap * 7:  # trim a table mostly unused; a nearly full one (random streams) is
+        segs = segs[:ns].copy()  # returned as a view, saving a copy as large as itself
+    return segs[:ns], weight, last, kill_pos, kill_w
 
 
 @nb.njit(cache=True)
