@@ -299,3 +299,23 @@ def test_point_and_compressed_time_axes_give_the_same_stack(ids, n_calls, freed)
             stack.point_axis = original
     for field in ("dist_tokens", "final_dist_tokens", "n", "last_ref"):
         np.testing.assert_array_equal(getattr(got[True], field), getattr(got[False], field))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 4), st.lists(st.sampled_from([-3, 0, 1, 7, 40, 1 << 40]))),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_namespace_top_hash_numpy_equals_the_kernel(calls):
+    """Small traces take numpy's group max (no kernel to compile), large ones the kernel: equal."""
+    from agentx.kv import hashes
+
+    ns = np.array(sorted(c[0] for c in calls), np.int64)
+    lens = np.array([len(c[1]) for c in calls], np.int64)
+    flat = np.array([h for c in calls for h in c[1]], np.int64)
+    n_ns = int(ns.max()) + 1
+    kernel = hashes._ns_top(flat, np.cumsum(lens) - lens, lens, ns, n_ns)
+    np.testing.assert_array_equal(hashes.ns_top(flat, lens, ns, n_ns), kernel)

@@ -34,7 +34,7 @@ def hash_ids(df, row, scope, m, geo, spt_tokens, out) -> tuple[int, int]:
     else:  # "session" (or unknown): ids mean nothing across sessions
         ns = df["session_id"].rank("dense").to_numpy().astype(np.int64) - 1
     n_ns = int(ns.max()) + 1 if ns.size else 1
-    top = _ns_top(flat, hoff, lens, ns, n_ns)
+    top = ns_top(flat, lens, ns, n_ns)
     small = flat.size - int(((flat >= SMALL) | (flat < 0)).sum())
     if int(top.sum()) > 4 * small + 1024:  # sparse values: rank every (namespace, hash) exactly
         top[:] = 0
@@ -76,6 +76,20 @@ def hash_ids(df, row, scope, m, geo, spt_tokens, out) -> tuple[int, int]:
         out[neg] = n + (uniq.size - 1 - inv)  # ascending key order
         return n + uniq.size, n
     return n, n
+
+
+NUMPY_BELOW = 1 << 20  # hashes: numpy's group max is as fast as compiling the kernel
+
+
+def ns_top(flat, lens, ns, n_ns) -> np.ndarray:
+    """Per namespace, 1 + the largest small hash (0 where none). Small traces use numpy, so a
+    fresh install's first replay of the sample compiles one kernel less."""
+    if flat.size >= NUMPY_BELOW:
+        return _ns_top(flat, np.cumsum(lens) - lens, lens, ns, n_ns)
+    small = (flat >= 0) & (flat < SMALL)
+    top = np.zeros(n_ns, np.int64)
+    np.maximum.at(top, np.repeat(ns, lens)[small], flat[small] + 1)
+    return top
 
 
 @nb.njit(cache=True)
