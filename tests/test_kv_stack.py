@@ -268,10 +268,12 @@ def test_both_time_axes_agree_with_step_by_step_lru(shape):
     st.lists(st.integers(0, 40), min_size=1, max_size=400),
     st.integers(1, 12),
     st.lists(st.integers(0, 40), max_size=12),
+    st.sampled_from([16, 1 << 26]),
 )
-def test_point_and_compressed_time_axes_give_the_same_stack(ids, n_calls, freed):
+def test_point_and_compressed_time_axes_give_the_same_stack(ids, n_calls, freed, bs):
     """Both distance passes (plain point tree over every time, or the range pair over the
-    segments' boundaries) on the same stream, with some blocks freed from the LRU: equal."""
+    segments' boundaries) on the same stream, with some blocks freed from the LRU: equal.
+    Huge blocks make the point tree int64 (its int32 nodes could overflow)."""
     from agentx.kv import stack
 
     ids = np.array(ids, np.int64)
@@ -283,8 +285,8 @@ def test_point_and_compressed_time_axes_give_the_same_stack(ids, n_calls, freed)
     free = np.zeros(n_blocks, bool)
     free[[f for f in freed if f < n_blocks]] = True
     stream = BlockStream(
-        block_size_tokens=16, row=np.arange(n_calls), ref_off=cuts, n_read=per // 2, write_pos=per // 2,
-        input_tokens=per * 16 - 3, reused_tokens=(per // 2) * 16, ref_block=ids, n_blocks=n_blocks,
+        block_size_tokens=bs, row=np.arange(n_calls), ref_off=cuts, n_read=per // 2, write_pos=per // 2,
+        input_tokens=per * bs - 3, reused_tokens=(per // 2) * bs, ref_block=ids, n_blocks=n_blocks,
         shared=np.zeros(n_blocks, bool), chain=z, agent=z, compaction=z.astype(bool),
     )  # fmt: skip
     kill_off = np.concatenate(([0, 0], np.full(n_calls - 1, 2))).astype(np.int64)[: n_calls + 1]

@@ -95,7 +95,11 @@ def lru_stack(stream: BlockStream, kill_off=None, kill_blocks=None, free=None) -
             np.concatenate((runs[:, S_N], old[:, S_N])),
         )
         rc = _unique(np.concatenate((lo + 1, lo + n + 1)))  # the range pair's update times
-        final = _point_pass(segs, kill_off, kill_pos, kill_w, rc, last, stream.ref_block.size)
+        # each time holds +w, 0 or -w in the point tree: int32 nodes (half the memory walked)
+        # when no sum of them can overflow
+        small = stream.n_refs * int(np.abs(weight).max(initial=0)) < 1 << 31
+        pt = np.zeros(stream.n_refs + 2, np.int32 if small else np.int64)
+        final = _point_pass(segs, kill_off, kill_pos, kill_w, rc, last, pt)
     return StackResult(
         call=segs[:, S_CALL],
         ref0=segs[:, S_REF0],
@@ -300,12 +304,11 @@ def _ppre(tree, i):  # pragma: no cover (compiled)
 
 
 @nb.njit(cache=True)
-def _point_pass(segs, kill_off, kill_pos, kill_w, rc, last, t_all):  # pragma: no cover
+def _point_pass(segs, kill_off, kill_pos, kill_w, rc, last, pt):  # pragma: no cover
     """``_distance_pass`` for random streams (nearly every reference its own segment): points
     go to a plain one-column Fenwick tree over every time (8 B a node, a third of the memory
     the three-column walk touches), the few runs to a range pair over their own boundary
     times ``rc`` (small: stays in cache). Same sums, same distances."""
-    pt = np.zeros(t_all + 2, np.int64)
     rt = np.zeros((rc.size + 2, 3), np.int64)
     runs = rc.size > 0
     si = 0
