@@ -261,3 +261,63 @@ def test_both_time_axes_agree_with_step_by_step_lru(shape):
         np.testing.assert_array_equal(
             (dist >= 0) & (dist <= cap), lru_hits(ids, res.block_weight, cap)
         )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(0, 40), min_size=1, max_size=400),
+    st.integers(1, 12),
+    st.lists(st.integers(0, 40), max_size=12),
+    st.sampled_from([16, 1 << 26]),
+)
+def test_point_and_compressed_time_axes_give_the_same_stack(ids, n_calls, freed, bs):
+    """Both distance passes (plain point tree over every time, or the range pair over the
+    segments' boundaries) on the same stream, with some blocks freed from the LRU: equal.
+    Huge blocks make the point tree int64 (its int32 nodes could overflow)."""
+    from agentx.kv import stack
+
+    ids = np.array(ids, np.int64)
+    n_calls = min(n_calls, ids.size)
+    cuts = np.linspace(0, ids.size, n_calls + 1).astype(np.int64)
+    per = np.diff(cuts)
+    z = np.zeros(n_calls, np.int64)
+    n_blocks = int(ids.max()) + 1
+    free = np.zeros(n_blocks, bool)
+    free[[f for f in freed if f < n_blocks]] = True
+    stream = BlockStream(
+        block_size_tokens=bs, row=np.arange(n_calls), ref_off=cuts, n_read=per // 2, write_pos=per // 2,
+        input_tokens=per * bs - 3, reused_tokens=(per // 2) * bs, ref_block=ids, n_blocks=n_blocks,
+        shared=np.zeros(n_blocks, bool), chain=z, agent=z, compaction=z.astype(bool),
+    )  # fmt: skip
+    kill_off = np.concatenate(([0, 0], np.full(n_calls - 1, 2))).astype(np.int64)[: n_calls + 1]
+    kill_blocks = ids[:2].copy()
+    got = {}
+    for points in (True, False):
+        original = stack.point_axis
+        stack.point_axis = lambda n_segs, n_refs, p=points: p
+        try:
+            got[points] = stack.lru_stack(stream, kill_off, kill_blocks, free)
+        finally:
+            stack.point_axis = original
+    for field in ("dist_tokens", "final_dist_tokens", "n", "last_ref"):
+        np.testing.assert_array_equal(getattr(got[True], field), getattr(got[False], field))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 4), st.lists(st.sampled_from([-3, 0, 1, 7, 40, 1 << 40]))),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_namespace_top_hash_numpy_equals_the_kernel(calls):
+    """Small traces take numpy's group max (no kernel to compile), large ones the kernel: equal."""
+    from agentx.kv import hashes
+
+    ns = np.array(sorted(c[0] for c in calls), np.int64)
+    lens = np.array([len(c[1]) for c in calls], np.int64)
+    flat = np.array([h for c in calls for h in c[1]], np.int64)
+    n_ns = int(ns.max()) + 1
+    kernel = hashes._ns_top(flat, np.cumsum(lens) - lens, lens, ns, n_ns)
+    np.testing.assert_array_equal(hashes.ns_top(flat, lens, ns, n_ns), kernel)

@@ -11,6 +11,8 @@ import numba as nb
 import numpy as np
 import polars as pl
 
+from agentx.kv.jit import bisect
+
 SMALL = 1 << 32  # hash values below this are offset per namespace; larger ones are ranked
 
 
@@ -32,7 +34,7 @@ def hash_ids(df, row, scope, m, geo, spt_tokens, out) -> tuple[int, int]:
     else:  # "session" (or unknown): ids mean nothing across sessions
         ns = df["session_id"].rank("dense").to_numpy().astype(np.int64) - 1
     n_ns = int(ns.max()) + 1 if ns.size else 1
-    top = _ns_top(flat, hoff, lens, ns, n_ns)
+    top = ns_top(flat, lens, ns, n_ns)
     small = flat.size - int(((flat >= SMALL) | (flat < 0)).sum())
     if int(top.sum()) > 4 * small + 1024:  # sparse values: rank every (namespace, hash) exactly
         top[:] = 0
@@ -76,6 +78,20 @@ def hash_ids(df, row, scope, m, geo, spt_tokens, out) -> tuple[int, int]:
     return n, n
 
 
+NUMPY_BELOW = 1 << 20  # hashes: numpy's group max is as fast as compiling the kernel
+
+
+def ns_top(flat, lens, ns, n_ns) -> np.ndarray:
+    """Per namespace, 1 + the largest small hash (0 where none). Small traces use numpy, so a
+    fresh install's first replay of the sample compiles one kernel less."""
+    if flat.size >= NUMPY_BELOW:
+        return _ns_top(flat, np.cumsum(lens) - lens, lens, ns, n_ns)
+    small = (flat >= 0) & (flat < SMALL)
+    top = np.zeros(n_ns, np.int64)
+    np.maximum.at(top, np.repeat(ns, lens)[small], flat[small] + 1)
+    return top
+
+
 @nb.njit(cache=True)
 def _ns_top(flat, hoff, lens, ns, n_ns):  # pragma: no cover (compiled)
     top = np.zeros(n_ns, np.int64)
@@ -107,7 +123,9 @@ def _hash_kernel(
     out,
 ):  # pragma: no cover (compiled)
     all_big = big_pos.size == flat.size
-    smax = spt.max() + 1 if spt.size else 1
+    smax = spt[0] + 1 if spt.size else 1  # spt.max() + 1 as a loop: numba's max compiles 0.4 s
+    for k in range(1, spt.size):
+        smax = max(smax, spt[k] + 1)
     for k in range(n_blk.size):
         r = ref_off[k]
         sp, h0, hl, bk, g = spt[k], hoff[k], lens[k] - 1, base[ns[k]], grp[k]
@@ -121,5 +139,5 @@ def _hash_kernel(
                 elif 0 <= h < SMALL:
                     out[r] = -(1 + (g * smax + j) * hm + h) if j < sp else bk + h
                 else:
-                    out[r] = big_key[np.searchsorted(big_pos, i)]
+                    out[r] = big_key[bisect(big_pos, i)]
                 r += 1

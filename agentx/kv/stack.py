@@ -25,6 +25,7 @@ import numba as nb
 import numpy as np
 
 from agentx.kv.blocks import BlockStream
+from agentx.kv.jit import bisect
 
 # Columns of the kernel's segment table (S_OLD: previous time of the segment's first block).
 S_CALL, S_REF0, S_N, S_W, S_READ_TOK, S_IS_READ, S_DIST, S_OLD, S_SW = range(9)
@@ -68,13 +69,9 @@ def lru_stack(stream: BlockStream, kill_off=None, kill_blocks=None, free=None) -
         kill_blocks,
         np.zeros(stream.n_blocks, np.bool_) if free is None else free,
     )
-    first = segs[:, S_DIST] < 0
-    old = segs[~first]
-    live = kill_pos >= 0
-    # Compress the time axis to the segments' boundaries unless nearly every reference is
-    # its own segment (random streams), where direct indexing is faster than a search.
-    coords = np.zeros(0, np.int64)
-    if 8 * len(segs) < stream.n_refs:
+    if not point_axis(len(segs), stream.n_refs):
+        old = segs[segs[:, S_DIST] >= 0]
+        live = kill_pos >= 0
         coords = _unique(
             np.concatenate(
                 (
@@ -87,7 +84,22 @@ def lru_stack(stream: BlockStream, kill_off=None, kill_blocks=None, free=None) -
                 )
             )
         )
-    final = _distance_pass(segs, kill_off, kill_pos, kill_w, coords, last, stream.ref_block.size)
+        final = _distance_pass(
+            segs, kill_off, kill_pos, kill_w, coords, last, stream.ref_block.size
+        )
+    else:
+        runs = segs[segs[:, S_N] > 1]
+        old = runs[runs[:, S_DIST] >= 0]
+        lo, n = (
+            np.concatenate((runs[:, S_REF0], old[:, S_OLD])),
+            np.concatenate((runs[:, S_N], old[:, S_N])),
+        )
+        rc = _unique(np.concatenate((lo + 1, lo + n + 1)))  # the range pair's update times
+        # each time holds +w, 0 or -w in the point tree: int32 nodes (half the memory walked)
+        # when no sum of them can overflow
+        small = stream.n_refs * int(np.abs(weight).max(initial=0)) < 1 << 31
+        pt = np.zeros(stream.n_refs + 2, np.int32 if small else np.int64)
+        final = _point_pass(segs, kill_off, kill_pos, kill_w, rc, last, pt)
     return StackResult(
         call=segs[:, S_CALL],
         ref0=segs[:, S_REF0],
@@ -102,6 +114,13 @@ def lru_stack(stream: BlockStream, kill_off=None, kill_blocks=None, free=None) -
     )
 
 
+def point_axis(n_segs: int, n_refs: int) -> bool:
+    """Index the tree by every time unless segments are long: compressing the time axis to the
+    segments' boundaries pays when few references start one, not for random streams, where
+    nearly every reference is its own segment and direct indexing beats a search."""
+    return 8 * n_segs >= n_refs
+
+
 def _unique(x: np.ndarray) -> np.ndarray:
     """Sorted distinct values by sorting: numpy 2.4's ``np.unique`` (hash based without
     ``return_inverse``) took 12 s on the 21 M boundaries of a 1 M-call trace, a sort 0.6 s."""
@@ -109,7 +128,7 @@ def _unique(x: np.ndarray) -> np.ndarray:
     return x[np.concatenate(([True], x[1:] != x[:-1]))] if x.size else x
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True)
 def _add(tree, i, v1, v2, v3):  # pragma: no cover (compiled)
     n = tree.shape[0]
     while i < n:
@@ -119,25 +138,26 @@ def _add(tree, i, v1, v2, v3):  # pragma: no cover (compiled)
         i += i & -i
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True)
 def _move(tree, coords, lo, hi, v):  # pragma: no cover (compiled)
     """Add v at 0-based times lo..hi. A run goes to columns 0 and 1 (a range-update/range-query
     Fenwick pair), a single time to column 2 (a plain Fenwick tree): one walk per point, two
     per run. The three columns of a node share a cache line. Indices are positions among the
     update times ``coords``, so the tree is as small as the number of segments, not of times."""
-    a = np.searchsorted(coords, lo + 1) + 1 if coords.size else lo + 1
+    a = bisect(coords, lo + 1) + 1 if coords.size else lo + 1
+    zero = np.int64(0)  # not a literal 0: _add compiles once
     if lo == hi:
-        _add(tree, a, 0, 0, v)
+        _add(tree, a, zero, zero, v)
     else:
-        z = np.searchsorted(coords, hi + 2) + 1 if coords.size else hi + 2
-        _add(tree, a, v, v * lo, 0)
-        _add(tree, z, -v, -v * (hi + 1), 0)
+        z = bisect(coords, hi + 2) + 1 if coords.size else hi + 2
+        _add(tree, a, v, v * lo, zero)
+        _add(tree, z, -v, -v * (hi + 1), zero)
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True)
 def _prefix(tree, coords, i):  # pragma: no cover (compiled)
     """Sum of weights at 0-based times 0..i-1."""
-    c = np.searchsorted(coords, i, side="right") if coords.size else i
+    c = bisect(coords, i + 1) if coords.size else i  # integer times: right of i = left of i + 1
     s1 = s2 = s3 = 0
     while c > 0:
         s1 += tree[c, 0]
@@ -195,11 +215,12 @@ def _segment_pass(
                 o_rt += rt
             else:
                 if o_call >= 0:
-                    if ns == cap:
-                        grown = np.empty((cap * 2, 9), np.int64)
-                        grown[:cap] = segs
-                        segs = grown
-                        cap *= 2
+                    if ns == cap:  # grow to the segments expected at this rate (random: once)
+                        cap = (
+                            min(max(2 * cap, ns * ref_block.size // r * 9 // 8), ref_block.size)
+                            + 64
+                        )
+                        segs = _grow(segs, cap)
                     _store(segs[ns], o_call, o_ref0, o_n, o_w, o_rt, o_read, o_first, o_old, o_sw)
                     ns += 1
                 o_call, o_ref0, o_n, o_w, o_rt, o_read, o_sw = k, r, 1, w, rt, is_read, sw
@@ -209,12 +230,23 @@ def _segment_pass(
             prev_p = p
     if o_call >= 0:
         if ns == cap:
-            grown = np.empty((cap + 1, 9), np.int64)
-            grown[:cap] = segs
-            segs = grown
+            segs = _grow(segs, cap + 1)
         _store(segs[ns], o_call, o_ref0, o_n, o_w, o_rt, o_read, o_first, o_old, o_sw)
         ns += 1
-    return segs[:ns].copy(), weight, last, kill_pos, kill_w
+    if ns * 8 < cap * 7:  # trim a table mostly unused; a nearly full one (random streams) is
+        segs = segs[:ns].copy()  # returned as a view, saving a copy as large as itself
+    return segs[:ns], weight, last, kill_pos, kill_w
+
+
+@nb.njit(cache=True)
+def _grow(segs, cap):  # pragma: no cover (compiled)
+    # element by element: a slice assignment compiles numba's broadcast checks (2 s of a fresh
+    # install's first replay, benchmarks/bench_startup.py)
+    grown = np.empty((cap, segs.shape[1]), np.int64)
+    for i in range(segs.shape[0]):
+        for c in range(segs.shape[1]):
+            grown[i, c] = segs[i, c]
+    return grown
 
 
 @nb.njit(cache=True, inline="always")
@@ -231,22 +263,81 @@ def _distance_pass(segs, kill_off, kill_pos, kill_w, coords, last, t_all):  # pr
     size = coords.size + 2 if coords.size else t_all + 3  # empty coords: every time is one
     tree = np.zeros((size, 3), np.int64)
     si = 0
+    total = 0  # weight of every live block: all of them sit at times before the current one
     n_calls = kill_off.size - 1
     for k in range(n_calls):
         for q in range(kill_off[k], kill_off[k + 1]):
             if kill_pos[q] >= 0:
                 _move(tree, coords, kill_pos[q], kill_pos[q], -kill_w[q])
+                total -= kill_w[q]
         while si < segs.shape[0] and segs[si, S_CALL] == k:
             seg = segs[si]
             n, w, r, s_old = seg[S_N], seg[S_SW], seg[S_REF0], seg[S_OLD]
             if seg[S_DIST] >= 0:
-                seg[S_DIST] = _prefix(tree, coords, r) - _prefix(tree, coords, s_old)
+                seg[S_DIST] = total - _prefix(tree, coords, s_old)  # = _prefix(.., r) - ...
                 _move(tree, coords, s_old, s_old + n - 1, -w)
+                total -= n * w
             _move(tree, coords, r, r + n - 1, w)
+            total += n * w
             si += 1
     final = np.full(last.size, -1, np.int64)
-    total = _prefix(tree, coords, t_all)
     for b in range(last.size):
         if last[b] >= 0:
             final[b] = total - _prefix(tree, coords, last[b])
+    return final
+
+
+@nb.njit(cache=True)
+def _padd(tree, i, v):  # pragma: no cover (compiled)
+    while i < tree.size:
+        tree[i] += v
+        i += i & -i
+
+
+@nb.njit(cache=True)
+def _ppre(tree, i):  # pragma: no cover (compiled)
+    s = 0
+    while i > 0:
+        s += tree[i]
+        i -= i & -i
+    return s
+
+
+@nb.njit(cache=True)
+def _point_pass(segs, kill_off, kill_pos, kill_w, rc, last, pt):  # pragma: no cover
+    """``_distance_pass`` for random streams (nearly every reference its own segment): points
+    go to a plain one-column Fenwick tree over every time (8 B a node, a third of the memory
+    the three-column walk touches), the few runs to a range pair over their own boundary
+    times ``rc`` (small: stays in cache). Same sums, same distances."""
+    rt = np.zeros((rc.size + 2, 3), np.int64)
+    runs = rc.size > 0
+    si = 0
+    total = 0
+    for k in range(kill_off.size - 1):
+        for q in range(kill_off[k], kill_off[k + 1]):
+            if kill_pos[q] >= 0:
+                _padd(pt, kill_pos[q] + 1, -kill_w[q])
+                total -= kill_w[q]
+        while si < segs.shape[0] and segs[si, S_CALL] == k:
+            seg = segs[si]
+            n, w, r, s_old = seg[S_N], seg[S_SW], seg[S_REF0], seg[S_OLD]
+            if seg[S_DIST] >= 0:
+                d = total - _ppre(pt, s_old)
+                seg[S_DIST] = d - _prefix(rt, rc, s_old) if runs else d
+                if n == 1:
+                    _padd(pt, s_old + 1, -w)
+                else:
+                    _move(rt, rc, s_old, s_old + n - 1, -w)
+                total -= n * w
+            if n == 1:
+                _padd(pt, r + 1, w)
+            else:
+                _move(rt, rc, r, r + n - 1, w)
+            total += n * w
+            si += 1
+    final = np.full(last.size, -1, np.int64)
+    for b in range(last.size):
+        if last[b] >= 0:
+            d = total - _ppre(pt, last[b])
+            final[b] = d - _prefix(rt, rc, last[b]) if runs else d
     return final

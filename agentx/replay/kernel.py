@@ -300,8 +300,9 @@ def _price(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e, cols):  # prag
                 xt = xfer_t[i] if has_kv else 0.0
                 xe = xfer_e[i] if has_kv else 0.0
                 _one(q, dtab, exp_tok, new[i], prefix[i], output[i], xt, xe, buf, i - t0, sums[blk])
-            for r in range(N_ROWS):
-                cols[r, t0:t1] = buf[r, : t1 - t0]
+            for r in range(N_ROWS):  # a loop, not a slice assignment: compiles 1.5 s faster
+                for i in range(t0, t1):
+                    cols[r, i] = buf[r, i - t0]
     return sums
 
 
