@@ -226,19 +226,8 @@ def atomic_dir(output: PathLike, inputs: Iterable[PathLike | None] = ()) -> Iter
     """
     dest = _prepare(output, inputs)
     _check_replaceable_dir(dest, output)
-    tmp = _tmp_sibling(dest)
-    _remove(tmp)
-    try:
-        tmp.mkdir()
-    except OSError as exc:
-        raise UnwritableError(output, exc) from None
-    try:
+    with _staged(dest, output, Path.mkdir) as tmp:
         yield tmp
-        _swap_in(tmp, dest)
-    except OSError as exc:
-        raise UnwritableError(output, exc) from None
-    finally:
-        _remove(tmp)
 
 
 @contextlib.contextmanager
@@ -250,18 +239,26 @@ def atomic_path(
     dest = _prepare(path, inputs)
     if dest.is_dir():
         raise OutputError(f"-o '{one_line(path)}' is a folder; give a file name")
+    # outputs get the permissions of any newly created file (umask), not mkstemp's 0600
+    with _staged(dest, path, Path.touch) as tmp:
+        yield tmp
+
+
+@contextlib.contextmanager
+def _staged(dest: Path, shown: PathLike, create) -> Iterator[Path]:
+    """The one staging step of every output: ``create`` a temporary sibling of ``dest``, yield
+    it, swap it in on success; the temporary never survives, and an OSError is one line."""
     tmp = _tmp_sibling(dest)
     _remove(tmp)
     try:
-        # outputs get the permissions of any newly created file (umask), not mkstemp's 0600
-        tmp.touch()
+        create(tmp)
     except OSError as exc:
-        raise UnwritableError(path, exc) from None
+        raise UnwritableError(shown, exc) from None
     try:
         yield tmp
         _swap_in(tmp, dest)
     except OSError as exc:
-        raise UnwritableError(path, exc) from None
+        raise UnwritableError(shown, exc) from None
     finally:
         _remove(tmp)
 
