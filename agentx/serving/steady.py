@@ -70,9 +70,10 @@ def mean_length(nominal, range_ratio: float = RANGE_RATIO):
     return np.asarray(nominal, dtype=np.float64) * (1.0 + range_ratio) / 2.0
 
 
-def kv_capacity_sequences(cfg: ServingConfig, context_tokens) -> np.ndarray:
-    """Sequences whose KV at ``context_tokens`` fits in the HBM the weights leave free."""
-    cap = max_resident_tokens(cfg, double_buffer=False)
+def kv_capacity_sequences(cfg: ServingConfig, context_tokens, cap_tokens=None) -> np.ndarray:
+    """Sequences whose KV at ``context_tokens`` fits in the HBM the weights leave free (or in an
+    engine's pool of ``cap_tokens``, serving/recipes.engine_kv_tokens)."""
+    cap = max_resident_tokens(cfg, double_buffer=False) if cap_tokens is None else cap_tokens
     return np.maximum(1.0, np.floor(cap / np.maximum(np.asarray(context_tokens, float), 1.0)))
 
 
@@ -101,6 +102,9 @@ def steady_state(
     range_ratio: float = RANGE_RATIO,
     spec: Speculation | None = None,
     mixed_prefill: bool = True,
+    kv_capacity_tokens: float | None = None,
+    admission_interval_iters: float = 1.0,
+    balance_ranks: int = 0,
 ) -> dict[str, np.ndarray]:
     """Aggregated (one pool) steady state; returns arrays over ``concurrency``:
     ``tpot_s, ttft_s, requests_per_s, output_tok_s, output_tok_s_per_gpu,
@@ -109,12 +113,18 @@ def steady_state(
     ``mixed_prefill``: prefill chunks ride in the decode iterations (vLLM V1 chunked prefill,
     TRT-LLM in-flight batching), or run as prefill-only iterations while decodes wait
     (SGLang's default, ``--enable-mixed-chunk`` off): then a chunk costs a whole pass of its own,
-    weights included."""
+    weights included.
+
+    ``admission_interval_iters`` K: new requests join the batch only every K iterations while
+    others decode (SGLang ``--scheduler-recv-interval``, TRT-LLM attention-DP balance timeout;
+    serving/recipes.py), so an arrival waits K·t_d/2 on average instead of t_d/2; with
+    ``balance_ranks`` r the wait ends early once r requests are waiting (TRT-LLM releases them
+    when every DP rank has one), i.e. the cadence is min(K·t_d, r/X)."""
     spec = spec or Speculation()
     C = np.asarray(concurrency, dtype=np.float64)
     isl, osl = mean_length(isl_tokens, range_ratio), mean_length(osl_tokens, range_ratio)
     ctx = isl + osl / 2.0
-    N = np.minimum(C, kv_capacity_sequences(cfg, ctx))
+    N = np.minimum(C, kv_capacity_sequences(cfg, ctx, kv_capacity_tokens))
     chunk = np.minimum(float(cfg.prefill_chunk_tokens), isl)
     passes = np.maximum(1.0, isl / chunk)
     g = spec.tokens_per_step
@@ -135,7 +145,16 @@ def steady_state(
         X_est = N / np.maximum(ttft_svc + (osl - 1.0) * np.maximum(tpot, t_d / g), 1e-9)
         u = np.minimum(X_est * isl * t_mix / chunk, 0.98)
         wait = u / (2.0 * (1.0 - u)) * svc
-        new_ttft = t_d / 2.0 + wait + svc + cfg.system.calibrated_request_overhead_s
+        # Residual until requests are next admitted: one iteration, or the admission cadence
+        # when other sequences keep the engine decoding (an idle engine admits at once).
+        cadence = admission_interval_iters * t_d
+        if balance_ranks:
+            cadence = np.minimum(cadence, balance_ranks / np.maximum(X_est, 1e-9))
+            busy = np.clip((N - 1.0) / balance_ranks, 0.0, 1.0)
+        else:
+            busy = np.clip(N - 1.0, 0.0, 1.0)
+        resid_wait = busy * np.maximum(cadence, t_d) / 2.0 + (1.0 - busy) * t_d / 2.0
+        new_ttft = resid_wait + wait + svc + cfg.system.calibrated_request_overhead_s
         rho = np.minimum(X_est * isl * per_token, 0.98)
         new_tpot = t_d / (1.0 - rho) / g
         ttft_svc = 0.5 * ttft_svc + 0.5 * new_ttft if i else new_ttft

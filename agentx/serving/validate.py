@@ -16,6 +16,7 @@ import numpy as np
 from agentx.catalog.types import ServingConfig
 from agentx.replay.config import make_config
 from agentx.serving.points import BF16_KV_ENGINES, METRICS, Point, Worker
+from agentx.serving.recipes import Recipe, engine_kv_tokens, recipe_for
 from agentx.serving.steady import (
     Speculation,
     benchmark_window_factor,
@@ -26,10 +27,10 @@ from agentx.serving.steady import (
 # SGLang runs prefill batches on their own (decodes wait) unless --enable-mixed-chunk is given
 # (SGLang server arguments, default off); vLLM V1 and TRT-LLM mix chunks into decode steps.
 SEPARATE_PREFILL_ENGINES = ("sglang",)
-# Not applied to the measured rows: whether InferenceX's SGLang recipes pass
-# --enable-mixed-chunk is not recorded in the CSV. Tried (docs/validation.md): default TPOT
-# median 21.7 -> 21.6 %, TTFT 66.1 -> 63.6 %, but leave-one-group-out TPOT 11.8 -> 12.7 %.
-SGLANG_PREFILL_APART = False
+# Applied to the measured SGLang rows: no InferenceX DSR1 launch script passes
+# --enable-mixed-chunk (benchmarks/single_node/dsr1_*.sh, SemiAnalysisAI/InferenceX @ d2ee68c7)
+# and ServerArgs.enable_mixed_chunk defaults to False (sgl-project/sglang server_args.py).
+SGLANG_PREFILL_APART = True
 
 # Per-component formats of the measured checkpoints (SOURCES.md "FP4 checkpoints"):
 #   DSR1 FP4 on NVIDIA = nvidia/DeepSeek-R1-0528-FP4: NVFP4 routed experts, the rest kept in the
@@ -70,12 +71,19 @@ class Deployment:
     decode_cfg: ServingConfig | None = None
     decode_workers: int = 0
     spec: Speculation = Speculation()
+    recipe: Recipe | None = None  # single node: the launch script's engine settings
 
 
-def _cfg(catalog, p: Point, w: Worker, pools: str) -> ServingConfig:
+def _recipe(p: Point) -> Recipe:
+    w = p.worker
+    return recipe_for(p.framework, p.hardware, p.precision, w.tp, w.dp_attention, p.concurrency)
+
+
+def _cfg(catalog, p: Point, w: Worker, pools: str, kv: str | None = None) -> ServingConfig:
     system = catalog.system(p.hardware)
     weight, expert = formats(p.model, p.precision, system.chip.vendor)
-    kv = "bf16" if p.framework in BF16_KV_ENGINES else "fp8"
+    if kv is None:
+        kv = "bf16" if p.framework in BF16_KV_ENGINES else "fp8"
     spec = catalog.model(p.model)
     # MoE under "ep1" is tensor-sliced: one copy of every expert spread over the worker, which
     # for weight bytes is the same as experts spread over all its GPUs.
@@ -100,7 +108,9 @@ def _cfg(catalog, p: Point, w: Worker, pools: str) -> ServingConfig:
 def deployment_for(catalog, p: Point, spec: Speculation | None = None) -> Deployment:
     s = spec if (spec is not None and p.spec) else Speculation()
     if not p.disagg:
-        return Deployment(cfg=_cfg(catalog, p, p.worker, "aggregated"), spec=s)
+        r = _recipe(p)
+        cfg = _cfg(catalog, p, p.worker, "aggregated", r.kv_precision)
+        return Deployment(cfg=cfg, spec=s, recipe=r)
     return Deployment(
         cfg=None,
         prefill_cfg=_cfg(catalog, p, p.prefill, "disaggregated"),
@@ -142,6 +152,9 @@ def model_point(catalog, p: Point, spec: Speculation | None = None) -> dict[str,
             mixed_prefill=p.framework not in SEPARATE_PREFILL_ENGINES
             if SGLANG_PREFILL_APART
             else True,
+            kv_capacity_tokens=engine_kv_tokens(d.cfg, d.recipe),
+            admission_interval_iters=d.recipe.admission_interval_iters,
+            balance_ranks=d.recipe.balance_ranks,
         )
     else:
         r = disaggregated_steady_state(
