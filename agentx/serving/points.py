@@ -39,6 +39,7 @@ OPTIONAL = (
     "n_prefill_gpus",
     "n_decode_gpus",
     "notes",
+    "measured_date",
 )
 METRICS = ("tpot_ms", "ttft_ms", "output_tok_s_per_gpu", "output_tok_s_per_user")
 # Checkpoint names of the measured files → catalog models (same architecture; Llama-3.3-70B
@@ -89,6 +90,7 @@ class Point:
     decode: Worker | None = None
     decode_workers: int = 0
     measured: dict = field(default_factory=dict)
+    measured_date: str = ""  # ISO date of the run: the launch script of that day applies
 
     @property
     def single_node(self) -> bool:
@@ -211,6 +213,7 @@ def _point(path, i, rec, catalog) -> tuple[Point | None, str]:
         spec=spec,
         saturated=any(s in notes for s in SATURATED),
         measured=measured,
+        measured_date=str(rec.get("measured_date") or "").strip(),
     )
     par = (rec.get("parallelism") or "").strip()
     if not par:

@@ -25,6 +25,15 @@ measures, so the serving model takes them per row instead of assuming engine def
   is decoding (``PyExecutor._balance_adp_requests``, NVIDIA/TensorRT-LLM
   ``_torch/pyexecutor/py_executor.py``).
 
+* **Eager prefill.** A prefill pass that is not CUDA-graph captured is launched op by op from
+  Python, and for a DeepSeek-V3 forward that host work outlasts small prefills: SGLang logs
+  82.6 ms per eager prefill forward of DeepSeek-V3 with a handful of new tokens against 23.1 ms
+  for the same pass replayed from a CUDA graph (sgl-project/sglang#12160; "prefill latency is
+  similar when new_tokens < 100"). SGLang prefill is eager in these recipes (piecewise CUDA
+  graphs are opt-in, ``--enable-piecewise-cuda-graph``, and the B200 FP4 recipe passes
+  ``--disable-piecewise-cuda-graph``); the floor scales with the layer count
+  (82.6 ms / 61 layers).
+
 ``stream_interval`` (10 or 30 in these recipes) does not delay the first token: SGLang streams
 when ``len(output_ids) % interval == 1`` and TRT-LLM when ``py_decoding_iter == 1``.
 """
@@ -34,6 +43,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MIB = 1024**2
+# Host floor of one eager prefill forward, per layer (sglang#12160: 82.6 ms, 61 layers).
+EAGER_PREFILL_S_PER_LAYER = 82.6e-3 / 61
 # Total device memory as the runtime reports it (what the engines' fractions multiply).
 RUNTIME_MEMORY_BYTES = {
     "b200": 183_359 * MIB,  # nvidia-smi "183359MiB", NVIDIA/TensorRT-LLM#10278
@@ -52,10 +63,33 @@ class Recipe:
     memory_fraction: float = 1.0
     admission_interval_iters: int = 1  # requests join the batch every K iterations
     balance_ranks: int = 0  # TRT-LLM ADP balance: released early once this many ranks wait
+    eager_prefill: bool = False  # prefill passes run without CUDA graphs (host floor)
+
+    def prefill_floor_s(self, num_layers: int) -> float:
+        return EAGER_PREFILL_S_PER_LAYER * num_layers if self.eager_prefill else 0.0
+
+
+def _trt_piecewise(hw: str, precision: str, isl: int, tp: int, ep: int, conc: int, date: str):
+    """TRT-LLM recipes capture prefill in piecewise CUDA graphs only since 2026-01-29 (InferenceX
+    #594/#620): FP8 B200 at concurrency >= 64, FP4 B200 for 1k/1k on TP8 EP8; H200 never."""
+    if hw != "b200" or date < "2026-01-29":
+        return False
+    if precision == "fp8":
+        return conc >= 64
+    return isl == 1024 and tp == 8 and ep == 8
 
 
 def recipe_for(
-    framework: str, hardware: str, precision: str, tp: int, dp_attention: bool, concurrency: int
+    framework: str,
+    hardware: str,
+    precision: str,
+    tp: int,
+    dp_attention: bool,
+    concurrency: int,
+    *,
+    ep: int = 1,
+    isl_tokens: int = 0,
+    measured_date: str = "",
 ) -> Recipe:
     """The settings of the InferenceX launch script for this engine / system / checkpoint."""
     fw, hw = framework, hardware
@@ -67,16 +101,17 @@ def recipe_for(
         else:
             interval = 30 if concurrency >= 16 else 10
         frac = 0.85 if precision == "fp4" else (0.95 if tp == 4 else 0.82)
-        return Recipe("fp8", "static", frac, interval)
+        return Recipe("fp8", "static", frac, interval, eager_prefill=True)
     if fw == "sglang" and hw == "h200":
-        return Recipe("bf16", "static", 0.82)
+        return Recipe("bf16", "static", 0.82, eager_prefill=True)
     if fw == "sglang" and hw.startswith("mi"):
-        return Recipe("fp8", "static", 0.8)
+        return Recipe("fp8", "static", 0.8, eager_prefill=True)
     if fw == "trt":
         frac = 0.75 if hw == "h200" else 0.8
+        eager = not _trt_piecewise(hw, precision, isl_tokens, tp, ep, concurrency, measured_date)
         if dp_attention:
-            return Recipe("fp8", "free", frac, 60, balance_ranks=tp)
-        return Recipe("fp8", "free", frac)
+            return Recipe("fp8", "free", frac, 60, balance_ranks=tp, eager_prefill=eager)
+        return Recipe("fp8", "free", frac, eager_prefill=eager)
     if fw == "atom":
         return Recipe("fp8")
     if fw == "vllm":

@@ -105,6 +105,7 @@ def steady_state(
     kv_capacity_tokens: float | None = None,
     admission_interval_iters: float = 1.0,
     balance_ranks: int = 0,
+    prefill_floor_s: float = 0.0,
 ) -> dict[str, np.ndarray]:
     """Aggregated (one pool) steady state; returns arrays over ``concurrency``:
     ``tpot_s, ttft_s, requests_per_s, output_tok_s, output_tok_s_per_gpu,
@@ -119,7 +120,9 @@ def steady_state(
     others decode (SGLang ``--scheduler-recv-interval``, TRT-LLM attention-DP balance timeout;
     serving/recipes.py), so an arrival waits K·t_d/2 on average instead of t_d/2; with
     ``balance_ranks`` r the wait ends early once r requests are waiting (TRT-LLM releases them
-    when every DP rank has one), i.e. the cadence is min(K·t_d, r/X)."""
+    when every DP rank has one), i.e. the cadence is min(K·t_d, r/X). Prompts admitted at one
+    boundary share a prefill pass; ``prefill_floor_s`` is the host-side floor of a pass the
+    engine runs eagerly (no CUDA graph; serving/recipes.py)."""
     spec = spec or Speculation()
     C = np.asarray(concurrency, dtype=np.float64)
     isl, osl = mean_length(isl_tokens, range_ratio), mean_length(osl_tokens, range_ratio)
@@ -130,6 +133,7 @@ def steady_state(
     g = spec.tokens_per_step
     B = N.copy()
     tpot = ttft_svc = X = rho = np.zeros_like(C)
+    budget = float(cfg.prefill_chunk_tokens)
     for i in range(ITERATIONS):
         t_d = _decode_step(cfg, B, ctx, spec)
         if mixed_prefill:
@@ -138,13 +142,7 @@ def steady_state(
             )
         else:
             extra = iteration_time_s(cfg, 0.0, 0.0, chunk, 0.0, chunk / isl)
-        t_mix = t_d + extra
-        per_token = (t_mix - t_d) / chunk
-        # Service of the prompt once its turn comes, and the M/D/1 wait for the chunk budget.
-        svc = passes * t_mix
         X_est = N / np.maximum(ttft_svc + (osl - 1.0) * np.maximum(tpot, t_d / g), 1e-9)
-        u = np.minimum(X_est * isl * t_mix / chunk, 0.98)
-        wait = u / (2.0 * (1.0 - u)) * svc
         # Residual until requests are next admitted: one iteration, or the admission cadence
         # when other sequences keep the engine decoding (an idle engine admits at once).
         cadence = admission_interval_iters * t_d
@@ -153,7 +151,18 @@ def steady_state(
             busy = np.clip((N - 1.0) / balance_ranks, 0.0, 1.0)
         else:
             busy = np.clip(N - 1.0, 0.0, 1.0)
-        resid_wait = busy * np.maximum(cadence, t_d) / 2.0 + (1.0 - busy) * t_d / 2.0
+        cadence = np.maximum(cadence, t_d)
+        resid_wait = busy * cadence / 2.0 + (1.0 - busy) * t_d / 2.0
+        # Prompts admitted together share one prefill pass (up to the token budget); an eager
+        # pass costs at least the host's launch floor (prefill_floor_s).
+        k = np.clip(X_est * cadence * busy, 1.0, np.maximum(budget / chunk, 1.0))
+        pass_s = np.maximum(k * extra, prefill_floor_s)
+        t_mix = t_d + pass_s
+        per_token = pass_s / (k * chunk)
+        # Service of the prompt once its turn comes, and the M/D/1 wait for the chunk budget.
+        svc = passes * t_mix
+        u = np.minimum(X_est * isl * t_mix / (k * chunk), 0.98)
+        wait = u / (2.0 * (1.0 - u)) * svc
         new_ttft = resid_wait + wait + svc + cfg.system.calibrated_request_overhead_s
         rho = np.minimum(X_est * isl * per_token, 0.98)
         new_tpot = t_d / (1.0 - rho) / g

@@ -76,7 +76,17 @@ class Deployment:
 
 def _recipe(p: Point) -> Recipe:
     w = p.worker
-    return recipe_for(p.framework, p.hardware, p.precision, w.tp, w.dp_attention, p.concurrency)
+    return recipe_for(
+        p.framework,
+        p.hardware,
+        p.precision,
+        w.tp,
+        w.dp_attention,
+        p.concurrency,
+        ep=w.ep,
+        isl_tokens=p.isl_tokens,
+        measured_date=p.measured_date,
+    )
 
 
 def _cfg(catalog, p: Point, w: Worker, pools: str, kv: str | None = None) -> ServingConfig:
@@ -155,6 +165,7 @@ def model_point(catalog, p: Point, spec: Speculation | None = None) -> dict[str,
             kv_capacity_tokens=engine_kv_tokens(d.cfg, d.recipe),
             admission_interval_iters=d.recipe.admission_interval_iters,
             balance_ranks=d.recipe.balance_ranks,
+            prefill_floor_s=d.recipe.prefill_floor_s(d.cfg.model.num_layers),
         )
     else:
         r = disaggregated_steady_state(
