@@ -139,6 +139,16 @@ def test_mtp_rows_reproducible_and_acceptance_reported(measured):
     spread = [a for a, _ in found.values()]
     print(f"spread {min(spread):.2f}-{max(spread):.2f}, median {np.median(spread):.2f}")
     assert all(e < 0.05 for _, e in found.values())
+    # The single-node MTP rows' launch scripts draft 3 tokens: dsr1_fp8_b200_trt_mtp_slurm.sh
+    # (MTP=3 without attention DP) and dsr1_fp8_mi355x_mtp.sh (--speculative-num-steps 3).
+    with_recipe = {}
+    for p in measured[0]:
+        if p.row in (44, 45):
+            tp = np.array([model_point(CAT, p, Speculation(3, a))["tpot_ms"] for a in grid])
+            err = np.abs(np.log(tp / p.measured["tpot_ms"]))
+            with_recipe[p.row] = (round(float(grid[err.argmin()]), 2), round(float(err.min()), 3))
+    print("MTP rows 44, 45 with the recipes' 3 drafts: (acceptance, |log error|)", with_recipe)
+    assert set(with_recipe) == {44, 45}
 
 
 def test_cli_json_lists_every_compared_metric(measured):
