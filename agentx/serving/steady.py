@@ -27,10 +27,9 @@ the decode pool never carries prefill chunks, the prefill pool is an M/D/1 serve
 chunk throughput, and the KV moves between pools over the scale-out network (scale-up when
 one NVLink domain holds both).
 
-Speculative decoding / MTP (``Speculation``): each decode iteration verifies ``1 + d`` tokens
-per sequence and pays ``d`` draft passes of the one-layer MTP module; with per-token
-acceptance ``a`` a step yields ``(1 − a^(d+1)) / (1 − a)`` tokens on average (Leviathan et al.
-2023, eq. 1). Off by default.
+Speculative decoding / MTP (``Speculation``, off by default): a decode iteration verifies
+``1 + d`` tokens per sequence and pays ``d`` one-layer MTP draft passes; per-token acceptance
+``a`` yields ``(1 − a^(d+1)) / (1 − a)`` tokens per step (Leviathan et al. 2023, eq. 1).
 """
 
 from __future__ import annotations
@@ -116,13 +115,11 @@ def steady_state(
     (SGLang's default, ``--enable-mixed-chunk`` off): then a chunk costs a whole pass of its own,
     weights included.
 
-    ``admission_interval_iters`` K: new requests join the batch only every K iterations while
-    others decode (SGLang ``--scheduler-recv-interval``, TRT-LLM attention-DP balance timeout;
-    serving/recipes.py), so an arrival waits K·t_d/2 on average instead of t_d/2; with
-    ``balance_ranks`` r the wait ends early once r requests are waiting (TRT-LLM releases them
-    when every DP rank has one), i.e. the cadence is min(K·t_d, r/X). Prompts admitted at one
-    boundary share a prefill pass; ``prefill_floor_s`` is the host-side floor of a pass the
-    engine runs eagerly (no CUDA graph; serving/recipes.py)."""
+    Engine settings (serving/recipes.py): requests join the batch every
+    ``admission_interval_iters`` K iterations while others decode, so an arrival waits K·t_d/2;
+    with ``balance_ranks`` r the cadence is min(K·t_d, r/X) (TRT-LLM attention-DP balance).
+    Prompts admitted together share a prefill pass, which costs at least ``prefill_floor_s``
+    when the engine runs it eagerly (no CUDA graph)."""
     spec = spec or Speculation()
     C = np.asarray(concurrency, dtype=np.float64)
     isl, osl = mean_length(isl_tokens, range_ratio), mean_length(osl_tokens, range_ratio)
