@@ -151,9 +151,9 @@ def steady_state(
         cadence = np.maximum(cadence, t_d)
         resid_wait = busy * cadence / 2.0 + (1.0 - busy) * t_d / 2.0
         # Prompts admitted together share one prefill pass (up to the token budget); an eager
-        # pass costs at least the host's launch floor (prefill_floor_s).
+        # pass (a mixed iteration: decodes + chunk) costs at least the host floor.
         k = np.clip(X_est * cadence * busy, 1.0, np.maximum(budget / chunk, 1.0))
-        pass_s = np.maximum(k * extra, prefill_floor_s)
+        pass_s = np.maximum(k * extra, prefill_floor_s - (t_d if mixed_prefill else 0.0))
         t_mix = t_d + pass_s
         per_token = pass_s / (k * chunk)
         # Service of the prompt once its turn comes, and the M/D/1 wait for the chunk budget.
