@@ -102,11 +102,11 @@ def _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs) 
     acc, glob = chain_outcomes(g, caps.tokens(bpt))
     cols = {f"kv_{t}_hit_tokens": acc[:, i] for i, t in enumerate(TIER_NAMES)}
     cols["kv_recompute_tokens"] = acc[:, 3]
-    cols["kv_ssd_to_dram_bytes"] = acc[:, 4].astype(np.float64) * bpt
-    cols["kv_dram_to_hbm_bytes"] = acc[:, 5].astype(np.float64) * bpt
-    created = acc[:, 6].astype(np.float64) * bpt
-    cols["kv_hbm_to_dram_bytes"], cols["kv_dram_to_ssd_bytes"] = created, created.copy()
-    per_call = finish_frame(cols, g.row, trace.calls.height, cfg)
+    # byte columns go in as token counts: finish_frame scales them once placed in row order
+    cols["kv_ssd_to_dram_bytes"] = acc[:, 4]
+    cols["kv_dram_to_hbm_bytes"] = acc[:, 5]
+    cols["kv_hbm_to_dram_bytes"] = cols["kv_dram_to_ssd_bytes"] = acc[:, 6]
+    per_call = finish_frame(cols, g.row, trace.calls.height, cfg, bpt)
     counts = {
         "hits": {
             t: {"blocks": int(glob[i]), "tokens": int(acc[:, i].sum())}
@@ -114,7 +114,7 @@ def _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs) 
         },
         "recompute": {"blocks": int(glob[3]), "tokens": int(acc[:, 3].sum())},
         "distinct_blocks": int(glob[4]),
-        "block_references": int(g.ref_off[-1]),
+        "block_references": g.n_refs,
         "pinned_tokens": 0,
     }
     return KvResult(per_call, _summary(counts, per_call, g, caps, "lru", "write-through", cfg))

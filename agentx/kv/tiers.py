@@ -148,24 +148,35 @@ def per_call_frame(
     return finish_frame(cols, row, n_rows, cfg)
 
 
-def finish_frame(cols: dict, row: np.ndarray, n_rows: int, cfg: ServingConfig) -> pl.DataFrame:
+def finish_frame(
+    cols: dict, row: np.ndarray, n_rows: int, cfg: ServingConfig, bytes_per_token: float = 1.0
+) -> pl.DataFrame:
     """Transfer time and energy from the bytes per link, then the ``PER_CALL`` columns in
-    trace row order (``cols``: hits, recomputes and bytes per call in time order)."""
+    trace row order. ``cols``: hits, recomputes and bytes per call in time order (only read;
+    one array under two names is placed once); the byte columns are scaled by
+    ``bytes_per_token`` after placing (so token counts can be passed as they are)."""
+    frame: dict[str, np.ndarray] = {}
+    placed: dict[int, np.ndarray] = {}
+    for name in PER_CALL[:-2]:
+        x = cols[name]
+        if id(x) in placed:
+            frame[name] = placed[id(x)]
+            continue
+        tokens = name.endswith("_tokens")
+        v = np.zeros(n_rows, np.int64 if tokens else np.float64)
+        v[row] = np.rint(x) if tokens and x.dtype.kind == "f" else x
+        if not tokens and bytes_per_token != 1.0:
+            v *= bytes_per_token  # the same product per call as before placing
+        frame[name] = placed[id(x)] = v
+    # time and energy are per call: computed in row order they are the same numbers
     costs = link_costs(cfg)
-    cols["kv_transfer_time_s"] = np.maximum(
-        cols["kv_ssd_to_dram_bytes"] / costs["ssd_to_dram"][0],
-        cols["kv_dram_to_hbm_bytes"] / costs["dram_to_hbm"][0],
-    )
-    cols["kv_transfer_energy_j"] = sum(cols[f"kv_{k}_bytes"] * costs[k][1] for k in LINKS)
-    frame = {}
-    for name in PER_CALL:  # popped as placed: one column in two orders at a time, not ten
-        if name.endswith("_tokens"):
-            v = np.zeros(n_rows, np.int64)
-            v[row] = np.rint(cols.pop(name)).astype(np.int64)
-        else:
-            v = np.zeros(n_rows, np.float64)
-            v[row] = cols.pop(name)
-        frame[name] = v
+    time_s = frame["kv_ssd_to_dram_bytes"] / costs["ssd_to_dram"][0]
+    tmp = np.divide(frame["kv_dram_to_hbm_bytes"], costs["dram_to_hbm"][0])
+    frame["kv_transfer_time_s"] = np.maximum(time_s, tmp, out=time_s)
+    energy = frame[f"kv_{LINKS[0]}_bytes"] * costs[LINKS[0]][1]
+    for k in LINKS[1:]:  # summed in link order, as a Python sum over the links would
+        energy += np.multiply(frame[f"kv_{k}_bytes"], costs[k][1], out=tmp)
+    frame["kv_transfer_energy_j"] = energy
     return pl.DataFrame(frame)
 
 
