@@ -41,6 +41,10 @@ class CallKeys:
     agent_spt_tokens: np.ndarray  # int64 per agent: smallest shared_prefix_tokens of the agent
     session_of_agent: np.ndarray  # int64 per agent
 
+    @property
+    def n_sessions(self) -> int:
+        return int(self.session_of_agent[-1]) + 1 if self.session_of_agent.size else 0
+
 
 @dataclass(frozen=True)
 class Geometry:
@@ -231,25 +235,38 @@ def fit_block_size(
     if max_refs <= 0:
         raise UsageError(f"--max-block-refs must be positive, got {max_refs}")
     n_in, reused = _i64(n_in), _i64(reused)
-    first = int(ref_counts(n_in, reused, bs, 1, use_hashes)[0])
-    if first <= max_refs:
+    first = ref_counts(n_in, reused, bs, 1, use_hashes)
+    if first[0] <= max_refs:
         return bs, ""
-    top = max(int(n_in.max(initial=1)), 1)
+    k = doublings(bs, max(int(n_in.max(initial=1)), 1))
+    return pick_block_size(ref_counts(n_in, reused, bs, k, use_hashes), bs, max_refs)
+
+
+def doublings(bs: int, top_tokens: int) -> int:
+    """Sizes ``bs * 2**j`` tried: up to the first past twice the longest prompt (there every
+    call has at most 2 references, so doubling further cannot help)."""
     k = 1
-    while (bs << (k - 1)) < 2 * top:  # past the longest prompt every call has ≤ 2 refs
+    while (bs << (k - 1)) < 2 * top_tokens:
         k += 1
-    counts = ref_counts(n_in, reused, bs, k, use_hashes)  # every doubling in one pass
+    return k
+
+
+def pick_block_size(counts: np.ndarray, bs: int, max_refs: int) -> tuple[int, str]:
+    """The first size ``bs * 2**j`` whose reference count ``counts[j]`` fits the budget (the
+    counts of ``ref_counts``, which add up over batches), and the note saying why."""
     fits = np.flatnonzero(counts <= max_refs)
-    j = int(fits[0]) if fits.size else k - 1
-    n, asked, bs = int(counts[j]), bs, bs << j
+    j = int(fits[0]) if fits.size else counts.size - 1
+    n, first = int(counts[j]), int(counts[0])
     if n > max_refs:
         raise UsageError(
             f"the trace needs {n:,} block references even with one block per prompt; "
             f"raise --max-block-refs above {max_refs:,}"
         )
-    return bs, (
-        f"re-blocked from {asked} to {bs} tokens: {first:,} block references exceed the "
-        f"budget of {max_refs:,} (--max-block-refs); {n:,} at {bs}"
+    if j == 0:
+        return bs, ""
+    return bs << j, (
+        f"re-blocked from {bs} to {bs << j} tokens: {first:,} block references exceed the "
+        f"budget of {max_refs:,} (--max-block-refs); {n:,} at {bs << j}"
     )
 
 
