@@ -103,14 +103,15 @@ def main() -> None:
     n = len(g.row)
     acc = rng.integers(0, 1000, (n, 7))  # the chain kernel's accumulator shape (time order)
 
+    # as agentx.kv._replay_chains passes them: views of the accumulator, bytes as tokens
+    cols = {f"kv_{t}_hit_tokens": acc[:, i] for i, t in enumerate(("hbm", "dram", "ssd"))}
+    cols["kv_recompute_tokens"] = acc[:, 3]
+    cols["kv_ssd_to_dram_bytes"] = acc[:, 4]
+    cols["kv_dram_to_hbm_bytes"] = acc[:, 5]
+    cols["kv_hbm_to_dram_bytes"] = cols["kv_dram_to_ssd_bytes"] = acc[:, 6]
+
     def frame():
-        cols = {f"kv_{t}_hit_tokens": acc[:, i] for i, t in enumerate(("hbm", "dram", "ssd"))}
-        cols["kv_recompute_tokens"] = acc[:, 3]
-        cols["kv_ssd_to_dram_bytes"] = acc[:, 4] * 70272.0
-        cols["kv_dram_to_hbm_bytes"] = acc[:, 5] * 70272.0
-        created = acc[:, 6] * 70272.0
-        cols["kv_hbm_to_dram_bytes"], cols["kv_dram_to_ssd_bytes"] = created, created.copy()
-        return finish_frame(cols, g.row, tr.calls.height, cfg)
+        return finish_frame(cols, g.row, tr.calls.height, cfg, cfg.kv_bytes_per_token)
 
     measure("finish_frame", frame, args.repeats)
     print(f"load average {os.getloadavg()[0]:.2f}")

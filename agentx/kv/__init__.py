@@ -100,13 +100,9 @@ def _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs) 
     bpt = cfg.kv_bytes_per_token
     g = geometry(trace, block_size_tokens, share_prefix=share_prefix, max_refs=max_refs)
     acc, glob = chain_outcomes(g, caps.tokens(bpt))
-    cols = {f"kv_{t}_hit_tokens": acc[:, i] for i, t in enumerate(TIER_NAMES)}
-    cols["kv_recompute_tokens"] = acc[:, 3]
-    # byte columns go in as token counts: finish_frame scales them once placed in row order
-    cols["kv_ssd_to_dram_bytes"] = acc[:, 4]
-    cols["kv_dram_to_hbm_bytes"] = acc[:, 5]
-    cols["kv_hbm_to_dram_bytes"] = cols["kv_dram_to_ssd_bytes"] = acc[:, 6]
-    per_call = finish_frame(cols, g.row, trace.calls.height, cfg, bpt)
+    geo = _GeoView.of(g.bs, g.note, g.n_in, g.reused)
+    n_refs, row = g.n_refs, g.row
+    del g  # the per-call geometry goes before the frame arrives (the 10 M-call peak)
     counts = {
         "hits": {
             t: {"blocks": int(glob[i]), "tokens": int(acc[:, i].sum())}
@@ -114,10 +110,17 @@ def _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs) 
         },
         "recompute": {"blocks": int(glob[3]), "tokens": int(acc[:, 3].sum())},
         "distinct_blocks": int(glob[4]),
-        "block_references": g.n_refs,
+        "block_references": n_refs,
         "pinned_tokens": 0,
     }
-    return KvResult(per_call, _summary(counts, per_call, g, caps, "lru", "write-through", cfg))
+    cols = {f"kv_{t}_hit_tokens": acc[:, i] for i, t in enumerate(TIER_NAMES)}
+    cols["kv_recompute_tokens"] = acc[:, 3]
+    # byte columns go in as token counts: finish_frame scales them once placed in row order
+    cols["kv_ssd_to_dram_bytes"] = acc[:, 4]
+    cols["kv_dram_to_hbm_bytes"] = acc[:, 5]
+    cols["kv_hbm_to_dram_bytes"] = cols["kv_dram_to_ssd_bytes"] = acc[:, 6]
+    per_call = finish_frame(cols, row, trace.calls.height, cfg, bpt)
+    return KvResult(per_call, _summary(counts, per_call, geo, caps, "lru", "write-through", cfg))
 
 
 def summarize(
@@ -142,7 +145,7 @@ def summarize(
         "block_references": stream.n_refs,
         "pinned_tokens": out.pinned_tokens,
     }
-    geo = _GeoView(
+    geo = _GeoView.of(
         stream.block_size_tokens, stream.block_size_note, stream.input_tokens, stream.reused_tokens
     )
     return _summary(counts, per_call, geo, caps, policy, write_policy, cfg)
@@ -150,16 +153,23 @@ def summarize(
 
 @dataclass(frozen=True)
 class _GeoView:
+    """What the summary needs of a geometry or block stream: sizes and token totals."""
+
     bs: int
     note: str
-    n_in: np.ndarray
-    reused: np.ndarray
+    calls: int
+    input_tokens: int
+    reused_tokens: int
+
+    @classmethod
+    def of(cls, bs: int, note: str, n_in: np.ndarray, reused: np.ndarray) -> _GeoView:
+        return cls(bs, note, len(n_in), int(n_in.sum()), int(reused.sum()))
 
 
 def _summary(counts, per_call, g, caps, policy, write_policy, cfg) -> dict:
     bytes_per_token = cfg.kv_bytes_per_token
     costs = link_costs(cfg)  # each link alone, at the bandwidth one call gets
-    reused = int(g.reused.sum())
+    reused = g.reused_tokens
     hit_tokens = sum(v["tokens"] for v in counts["hits"].values())
     return {
         "policy": policy,
@@ -168,10 +178,10 @@ def _summary(counts, per_call, g, caps, policy, write_policy, cfg) -> dict:
         "block_size_note": g.note,
         "kv_bytes_per_token": float(bytes_per_token),
         "capacities": caps.as_dict(),
-        "calls": len(g.n_in),
+        "calls": g.calls,
         "block_references": counts["block_references"],
         "distinct_blocks": counts["distinct_blocks"],
-        "input_tokens": int(g.n_in.sum()),
+        "input_tokens": g.input_tokens,
         "reused_tokens": reused,
         "hits": counts["hits"],
         "recompute": counts["recompute"],
