@@ -176,7 +176,11 @@ def call_keys(df: pl.DataFrame, use_hashes: bool) -> CallKeys:
     in every call that names it)."""
     n = df.height
     sid, aid = df["session_id"], df["agent_id"]  # null (the main agent) ranks as ""
-    head = (sid.ne_missing(sid.shift(1)) | aid.ne_missing(aid.shift(1))).to_numpy()
+    head = np.ones(n, bool)  # a row whose (session, agent) differs from the row before
+    if n > 1:  # slices, not shift(): no copy of the string columns
+        a, b = slice(0, n - 1), slice(1, n)
+        new = sid[b].ne_missing(sid[a]) | aid[b].ne_missing(aid[a])
+        head[1:] = new.to_numpy()
     heads = pl.DataFrame({"session_id": sid.filter(head), "agent_id": aid.filter(head)})
     heads = heads.with_columns(pl.col("agent_id").fill_null(""))
     ranks = heads.select(  # the few run heads hold every distinct value, so ranks are exact
