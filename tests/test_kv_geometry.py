@@ -75,6 +75,7 @@ def assert_same(trace: Trace, bs=None, share=True, max_refs=300_000_000):
     old = old_geometry(df, g.bs, g.use_hashes, g.scope, share)
     for name in ARRAYS:
         assert np.array_equal(getattr(g, name), old[name]), name
+    assert np.array_equal(g.session, df["session_id"].rank("dense").to_numpy()[g.row] - 1)
     assert g.n_shared == old["n_shared"]
     assert g.n_refs == int(old["ref_off"][-1])
 
@@ -140,16 +141,22 @@ def test_batches_of_whole_sessions_concatenate_to_the_whole_geometry(n_parts, se
     )
     parts = [df.slice(a, b - a) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
     groups = np.unique(np.concatenate([shared_groups(p, bs, share) for p in parts]))
-    geos, chain0, agent0, row0 = [], 0, 0, 0
+    geos, chain0, agent0, row0, session0 = [], 0, 0, 0, 0
     for p in parts:
         g, keys = batch_geometry(
-            p, bs, groups, share_prefix=share, chain0=chain0, agent0=agent0, row0=row0
-        )
+            p, bs, groups, share_prefix=share,
+            chain0=chain0, agent0=agent0, row0=row0, session0=session0,
+        )  # fmt: skip
         geos.append(g)
         chain0 += keys.agent_of_chain.size
         agent0 += keys.session_of_agent.size
         row0 += p.height
-    cat = {k: np.concatenate([getattr(g, k) for g in geos]) for k in ARRAYS if k != "ref_off"}
+        session0 += keys.n_sessions
+    cat = {
+        k: np.concatenate([getattr(g, k) for g in geos])
+        for k in (*ARRAYS, "session")
+        if k != "ref_off"
+    }
     key = pl.DataFrame({"t": df["t_start_s"].to_numpy()[cat["row"]], "r": cat["row"]})
     order = key.select(pl.arg_sort_by(["t", "r"], maintain_order=True)).to_series().to_numpy()
     for k, v in cat.items():

@@ -93,7 +93,7 @@ def build_blocks(
         geo = (n_blk, n_read, write_pos, ref_off, spt, g.sh_base)
         n_blocks = int(_synth_kernel(order, chain, *geo, g.n_shared, out))
         shared = np.arange(n_blocks) < g.n_shared
-    sessions = df["session_id"].rank("dense").to_numpy().astype(np.int64)[row]
+    sessions = g.session  # dense session ranks per call, time order
     shared = _multi_session(shared, out, ref_off, sessions)
     return BlockStream(
         block_size_tokens=bs,

@@ -74,6 +74,7 @@ class Geometry:
     n_refs: int
     agent_of_chain: np.ndarray  # per chain (from chain0 on): its (session, agent) id
     spt_tokens_of_chain: np.ndarray  # per chain: the shared-prefix size its calls use, tokens
+    session_of_chain: np.ndarray  # per chain: its session's rank
     chain0: int = 0  # the first chain id (a batch's running offset)
 
     @cached_property
@@ -86,6 +87,11 @@ class Geometry:
     @cached_property
     def agent(self) -> np.ndarray:
         return self.agent_of_chain[self.chain - self.chain0]
+
+    @cached_property
+    def session(self) -> np.ndarray:
+        """Per call: the dense rank of its session_id (int64)."""
+        return self.session_of_chain[self.chain - self.chain0]
 
     @cached_property
     def spt_tokens(self) -> np.ndarray:
@@ -129,9 +135,11 @@ def batch_geometry(
     chain0: int = 0,
     agent0: int = 0,
     row0: int = 0,
+    session0: int = 0,
 ) -> tuple[Geometry, CallKeys]:
     """``geometry`` of a frame of whole sessions (no hashes) at a fixed block size: ``row``
-    is ``row0`` + the frame's row, ``chain`` starts at ``chain0`` and agents at ``agent0``;
+    is ``row0`` + the frame's row, ``chain`` starts at ``chain0``, agents at ``agent0`` and
+    sessions at ``session0``;
     ``shared_groups``: the trace's distinct ``spt`` values (``shared_groups`` of every batch,
     united). Returns the geometry (calls in time order) and the frame's keys."""
     keys = call_keys(calls, False)
@@ -148,6 +156,7 @@ def batch_geometry(
         row=g.row.astype(np.int64 if wide else np.int32) + row0,
         chain=g.chain.astype(np.int64 if wide else np.int32) + chain0,
         agent_of_chain=g.agent_of_chain + agent0,
+        session_of_chain=g.session_of_chain + session0,
         chain0=chain0,
     ), keys
 
@@ -167,6 +176,7 @@ def _geometry(row, keys, n_in, reused, spt_c, groups, bs, note, use_hashes, nati
         n_in=cols[0], reused=cols[1], n_blk=cols[2], n_read=cols[3], write_pos=cols[4],
         chain=cols[5], spt=cols[6], sh_base=cols[7], n_shared=int(groups.sum()),
         n_refs=int(cols[8]), agent_of_chain=keys.agent_of_chain, spt_tokens_of_chain=spt_tok,
+        session_of_chain=keys.session_of_agent[keys.agent_of_chain],
     )  # fmt: skip
 
 
