@@ -18,13 +18,8 @@ from hypothesis import strategies as st
 
 from agentx.catalog import load_catalog
 from agentx.errors import UsageError
-from agentx.kv.geometry import (
-    batch_geometry,
-    fit_block_size,
-    geometry,
-    ref_count,
-    shared_groups,
-)
+from agentx.kv.budget import fit_block_size, ref_count
+from agentx.kv.geometry import batch_geometry, geometry, shared_groups
 from agentx.kv.tiers import PER_CALL, finish_frame
 from agentx.replay import make_config
 from agentx.testing import trace_objects

@@ -21,7 +21,8 @@ import numpy as np
 import polars as pl
 
 from agentx.errors import InputError, UsageError
-from agentx.kv.geometry_ops import assemble, keys_kernel, ref_counts
+from agentx.kv.budget import fit_block_size
+from agentx.kv.geometry_ops import assemble, keys_kernel
 from agentx.traces.io import Trace
 
 ORDER = ("t_start_s", "session_id", "call_index")
@@ -236,60 +237,8 @@ def _chain_spt(keys: CallKeys, bs: int, share: bool) -> np.ndarray:
     return keys.agent_spt_tokens[keys.agent_of_chain] // bs
 
 
-def ref_count(n_in: np.ndarray, reused: np.ndarray, bs: int, use_hashes: bool) -> int:
-    """References of the stream at block size ``bs``, in closed form (as ``ref_off`` counts
-    them: ``ceil(R/B)`` reads, writes from ``ceil(R/B)`` (hashes) or ``floor(R/B)`` on)."""
-    return int(ref_counts(_i64(n_in), _i64(reused), bs, 1, use_hashes)[0])
-
-
-def fit_block_size(
-    n_in: np.ndarray, reused: np.ndarray, bs: int, use_hashes: bool, max_refs: int
-) -> tuple[int, str]:
-    """``bs`` doubled until the stream has at most ``max_refs`` references, and why."""
-    if max_refs <= 0:
-        raise UsageError(f"--max-block-refs must be positive, got {max_refs}")
-    n_in, reused = _i64(n_in), _i64(reused)
-    first = ref_counts(n_in, reused, bs, 1, use_hashes)
-    if first[0] <= max_refs:
-        return bs, ""
-    k = doublings(bs, max(int(n_in.max(initial=1)), 1))
-    return pick_block_size(ref_counts(n_in, reused, bs, k, use_hashes), bs, max_refs)
-
-
-def doublings(bs: int, top_tokens: int) -> int:
-    """Sizes ``bs * 2**j`` tried: up to the first past twice the longest prompt (there every
-    call has at most 2 references, so doubling further cannot help)."""
-    k = 1
-    while (bs << (k - 1)) < 2 * top_tokens:
-        k += 1
-    return k
-
-
-def pick_block_size(counts: np.ndarray, bs: int, max_refs: int) -> tuple[int, str]:
-    """The first size ``bs * 2**j`` whose reference count ``counts[j]`` fits the budget (the
-    counts of ``ref_counts``, which add up over batches), and the note saying why."""
-    fits = np.flatnonzero(counts <= max_refs)
-    j = int(fits[0]) if fits.size else counts.size - 1
-    n, first = int(counts[j]), int(counts[0])
-    if n > max_refs:
-        raise UsageError(
-            f"the trace needs {n:,} block references even with one block per prompt; "
-            f"raise --max-block-refs above {max_refs:,}"
-        )
-    if j == 0:
-        return bs, ""
-    return bs << j, (
-        f"re-blocked from {bs} to {bs << j} tokens: {first:,} block references exceed the "
-        f"budget of {max_refs:,} (--max-block-refs); {n:,} at {bs << j}"
-    )
-
-
 def _ints(s: pl.Series) -> np.ndarray:
-    return _i64(s.to_numpy())
-
-
-def _i64(a) -> np.ndarray:
-    return np.ascontiguousarray(a, np.int64)
+    return np.ascontiguousarray(s.to_numpy(), np.int64)
 
 
 def _native_block_size(df: pl.DataFrame, trace: Trace) -> int:
