@@ -6,7 +6,7 @@ order, chains, block size, shared prefix) and ``finish_frame`` (time and energy 
 columns put back in trace row order) run ``--repeats`` times each. Printed per step: CPU
 seconds (user + sys, the figure on a shared machine) min / median, wall min / median, and the
 peak resident memory above what was resident before the step (an RSS probe sampling every
-2 ms). Figures only, no assertions.
+2 ms, in one extra run). Figures only, no assertions.
 """
 
 from __future__ import annotations
@@ -63,20 +63,22 @@ class Probe:
 
 
 def measure(label: str, fn, repeats: int):
-    cpu, wall, added = [], [], []
-    out = None
+    """CPU and wall time of ``repeats`` plain runs, then one more run under the RSS probe (its
+    sampling thread would otherwise share the CPU being measured)."""
+    cpu, wall = [], []
     for _ in range(repeats):
-        out = None
-        with Probe() as p:
-            c0, w0 = time.process_time(), time.perf_counter()
-            out = fn()
-            cpu.append(time.process_time() - c0)
-            wall.append(time.perf_counter() - w0)
-        added.append(p.peak - p.base)
+        gc.collect()
+        c0, w0 = time.process_time(), time.perf_counter()
+        out = fn()
+        cpu.append(time.process_time() - c0)
+        wall.append(time.perf_counter() - w0)
+        del out
+    with Probe() as p:
+        out = fn()
     print(
         f"{label:<14} CPU {min(cpu):6.2f} / {statistics.median(cpu):6.2f} s   "
         f"wall {min(wall):6.2f} / {statistics.median(wall):6.2f} s   "
-        f"peak +{max(added) / 1e6:7.0f} MB (min +{min(added) / 1e6:.0f})",
+        f"peak +{(p.peak - p.base) / 1e6:7.0f} MB",
         flush=True,
     )
     return out
