@@ -180,3 +180,20 @@ def test_finish_frame_equals_the_time_order_computation(n, seed, float_tokens):
     want = old_finish_frame(old_cols, row, n + 3, CFG)
     assert finish_frame(cols, row, n + 3, CFG, bpt).equals(want)
     assert finish_frame(old_cols, row, n + 3, CFG).equals(want)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 2**16), st.sampled_from([256, 4096]))
+def test_chain_outcomes_do_not_depend_on_how_chains_are_numbered(seed, bs):
+    """Batches of a trace whose session ids do not sort in file order number chains otherwise
+    than the whole trace; the tier outcomes must not see the difference."""
+    from dataclasses import replace
+
+    from agentx.kv.chains import chain_outcomes
+
+    g = geometry(synthesize(12, seed=seed % 5), bs)
+    perm = np.random.default_rng(seed).permutation(int(g.chain.max()) + 1).astype(np.int32)
+    caps = np.array([1e5, 1e6, 1e8])
+    acc, glob = chain_outcomes(g, caps)
+    acc2, glob2 = chain_outcomes(replace(g, chain=perm[g.chain]), caps)
+    assert np.array_equal(acc, acc2) and np.array_equal(glob, glob2)
