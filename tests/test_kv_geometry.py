@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from agentx.catalog import load_catalog
 from agentx.errors import UsageError
-from agentx.kv.budget import fit_block_size, ref_count
+from agentx.kv.budget import fit_block_size, fit_counted, ref_count
 from agentx.kv.geometry import batch_geometry, geometry, shared_groups
 from agentx.kv.tiers import PER_CALL, finish_frame
 from agentx.replay import make_config
@@ -112,14 +112,21 @@ def test_fit_block_size_equals_the_doubling_loop(calls, bs, hashes, max_refs):
     n_in = np.array([c[0] for c in calls], np.int64)
     reused = np.array([int(c[0] * c[1]) for c in calls], np.int64)
     assert ref_count(n_in, reused, bs, hashes) == old_ref_count(n_in, reused, bs, hashes)
+    top = max(int(n_in.max(initial=1)), 1)
+    count = lambda b: old_ref_count(n_in, reused, b, hashes)  # noqa: E731
     old = old_fit_block_size(n_in, reused, bs, hashes, max_refs)
     if isinstance(old, str):
         with pytest.raises(
             UsageError, match=f"the trace {old} block references even with one block"
         ):
             fit_block_size(n_in, reused, bs, hashes, max_refs)
+        with pytest.raises(
+            UsageError, match=f"the trace {old} block references even with one block"
+        ):
+            fit_counted(count, bs, top, max_refs)
     else:
         assert fit_block_size(n_in, reused, bs, hashes, max_refs) == old
+        assert fit_counted(count, bs, top, max_refs) == old
 
 
 @settings(max_examples=25, deadline=None)

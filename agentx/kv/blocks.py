@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numba as nb
 import numpy as np
 
-from agentx.kv.budget import fit_block_size, ref_count  # noqa: F401 (re-exported)
+from agentx.kv.budget import fit_block_size, fit_counted, ref_count  # noqa: F401 (re-exported)
 from agentx.kv.geometry import (  # noqa: F401 (re-exported: the block model's public names)
     MAX_REFS,
     ORDER,

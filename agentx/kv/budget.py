@@ -14,7 +14,9 @@ import numpy as np
 from agentx.errors import UsageError
 from agentx.kv.geometry_ops import ref_counts
 
-__all__ = ["doublings", "fit_block_size", "pick_block_size", "ref_count", "ref_counts"]
+__all__ = [
+    "doublings", "fit_block_size", "fit_counted", "pick_block_size", "ref_count", "ref_counts",
+]  # fmt: skip
 
 
 def ref_count(n_in: np.ndarray, reused: np.ndarray, bs: int, use_hashes: bool) -> int:
@@ -35,6 +37,16 @@ def fit_block_size(
         return bs, ""
     k = doublings(bs, max(int(n_in.max(initial=1)), 1))
     return pick_block_size(ref_counts(n_in, reused, bs, k, use_hashes), bs, max_refs)
+
+
+def fit_counted(count, bs: int, top: int, max_refs: int) -> tuple[int, str]:
+    """``fit_block_size`` given ``count(b)``, the references at block size ``b``, and ``top``,
+    the longest prompt (for a caller that has counted every candidate size already)."""
+    first = int(count(bs))
+    if first <= max_refs:
+        return bs, ""
+    sizes = range(1, doublings(bs, top))
+    return pick_block_size(np.array([first, *(int(count(bs << j)) for j in sizes)]), bs, max_refs)
 
 
 def doublings(bs: int, top_tokens: int) -> int:
