@@ -100,7 +100,7 @@ def _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs) 
     bpt = cfg.kv_bytes_per_token
     g = geometry(trace, block_size_tokens, share_prefix=share_prefix, max_refs=max_refs)
     acc, glob = chain_outcomes(g, caps.tokens(bpt))
-    geo = _GeoView.of(g.bs, g.note, g.n_in, g.reused)
+    geo = _GeoView(g.bs, g.note, _Totals.of(g.n_in), _Totals.of(g.reused))
     n_refs, row = g.n_refs, g.row
     del g  # the per-call geometry goes before the frame arrives (the 10 M-call peak)
     counts = {
@@ -145,7 +145,7 @@ def summarize(
         "block_references": stream.n_refs,
         "pinned_tokens": out.pinned_tokens,
     }
-    geo = _GeoView.of(
+    geo = _GeoView(
         stream.block_size_tokens, stream.block_size_note, stream.input_tokens, stream.reused_tokens
     )
     return _summary(counts, per_call, geo, caps, policy, write_policy, cfg)
@@ -153,23 +153,34 @@ def summarize(
 
 @dataclass(frozen=True)
 class _GeoView:
-    """What the summary needs of a geometry or block stream: sizes and token totals."""
-
     bs: int
     note: str
-    calls: int
-    input_tokens: int
-    reused_tokens: int
+    n_in: np.ndarray
+    reused: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Totals:
+    """A per-call column reduced to what ``_summary`` asks of it: its length and its sum."""
+
+    n: int
+    total: int
 
     @classmethod
-    def of(cls, bs: int, note: str, n_in: np.ndarray, reused: np.ndarray) -> _GeoView:
-        return cls(bs, note, len(n_in), int(n_in.sum()), int(reused.sum()))
+    def of(cls, a: np.ndarray) -> _Totals:
+        return cls(len(a), int(a.sum()))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def sum(self) -> int:
+        return self.total
 
 
 def _summary(counts, per_call, g, caps, policy, write_policy, cfg) -> dict:
     bytes_per_token = cfg.kv_bytes_per_token
     costs = link_costs(cfg)  # each link alone, at the bandwidth one call gets
-    reused = g.reused_tokens
+    reused = int(g.reused.sum())
     hit_tokens = sum(v["tokens"] for v in counts["hits"].values())
     return {
         "policy": policy,
@@ -178,10 +189,10 @@ def _summary(counts, per_call, g, caps, policy, write_policy, cfg) -> dict:
         "block_size_note": g.note,
         "kv_bytes_per_token": float(bytes_per_token),
         "capacities": caps.as_dict(),
-        "calls": g.calls,
+        "calls": len(g.n_in),
         "block_references": counts["block_references"],
         "distinct_blocks": counts["distinct_blocks"],
-        "input_tokens": g.input_tokens,
+        "input_tokens": int(g.n_in.sum()),
         "reused_tokens": reused,
         "hits": counts["hits"],
         "recompute": counts["recompute"],
