@@ -97,12 +97,16 @@ def _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs) 
     from agentx.kv.blocks import geometry
     from agentx.kv.chains import chain_outcomes
 
-    bpt = cfg.kv_bytes_per_token
     g = geometry(trace, block_size_tokens, share_prefix=share_prefix, max_refs=max_refs)
-    acc, glob = chain_outcomes(g, caps.tokens(bpt))
-    geo = _GeoView(g.bs, g.note, _Totals.of(g.n_in), _Totals.of(g.reused))
-    n_refs, row = g.n_refs, g.row
-    del g  # the per-call geometry goes before the frame arrives (the 10 M-call peak)
+    acc, glob = chain_outcomes(g, caps.tokens(cfg.kv_bytes_per_token))
+    g = _ChainFacts.of(g)  # the per-call geometry goes before the frame comes (10 M-call peak)
+    return chains_result(trace, cfg, caps, g, acc, glob)
+
+
+def chains_result(trace, cfg, caps, g, acc, glob) -> KvResult:
+    """The per-call frame and summary from the chain kernel's outputs (also kv-curve's);
+    ``g``: the Geometry, or its ``_ChainFacts``."""
+    bpt = cfg.kv_bytes_per_token
     counts = {
         "hits": {
             t: {"blocks": int(glob[i]), "tokens": int(acc[:, i].sum())}
@@ -110,7 +114,7 @@ def _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs) 
         },
         "recompute": {"blocks": int(glob[3]), "tokens": int(acc[:, 3].sum())},
         "distinct_blocks": int(glob[4]),
-        "block_references": n_refs,
+        "block_references": g.n_refs,
         "pinned_tokens": 0,
     }
     cols = {f"kv_{t}_hit_tokens": acc[:, i] for i, t in enumerate(TIER_NAMES)}
@@ -119,8 +123,25 @@ def _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs) 
     cols["kv_ssd_to_dram_bytes"] = acc[:, 4]
     cols["kv_dram_to_hbm_bytes"] = acc[:, 5]
     cols["kv_hbm_to_dram_bytes"] = cols["kv_dram_to_ssd_bytes"] = acc[:, 6]
-    per_call = finish_frame(cols, row, trace.calls.height, cfg, bpt)
+    per_call = finish_frame(cols, g.row, trace.calls.height, cfg, bpt)
+    geo = _GeoView(g.bs, g.note, _Totals.of(g.n_in), _Totals.of(g.reused))
     return KvResult(per_call, _summary(counts, per_call, geo, caps, "lru", "write-through", cfg))
+
+
+@dataclass(frozen=True)
+class _ChainFacts:
+    """What ``chains_result`` reads of a geometry: no per-call column but the time order."""
+
+    bs: int
+    note: str
+    n_in: _Totals
+    reused: _Totals
+    row: np.ndarray
+    n_refs: int
+
+    @classmethod
+    def of(cls, g) -> _ChainFacts:
+        return cls(g.bs, g.note, _Totals.of(g.n_in), _Totals.of(g.reused), g.row, g.n_refs)
 
 
 def summarize(
@@ -167,8 +188,8 @@ class _Totals:
     total: int
 
     @classmethod
-    def of(cls, a: np.ndarray) -> _Totals:
-        return cls(len(a), int(a.sum()))
+    def of(cls, a) -> _Totals:
+        return a if isinstance(a, _Totals) else cls(len(a), int(a.sum()))
 
     def __len__(self) -> int:
         return self.n
