@@ -174,7 +174,7 @@ def params(cfg: ServingConfig) -> tuple[Params, np.ndarray, np.ndarray]:
     return p, dtab, per_token
 
 
-@numba.njit(cache=True, inline="always", error_model="numpy", fastmath=True)
+@numba.njit(cache=True, inline="always", error_model="numpy")
 def _pairs(q, start, count):
     glob = count * start + count * (count - 1.0) * 0.5
     if q.n_local == 0.0:
@@ -185,14 +185,14 @@ def _pairs(q, start, count):
     )
 
 
-@numba.njit(cache=True, inline="always", error_model="numpy", fastmath=True)
+@numba.njit(cache=True, inline="always", error_model="numpy")
 def _kvb(q, tokens):
     if q.n_local == 0.0:
         return q.kv_layer_b * q.n_layers * tokens
     return q.kv_layer_b * (q.n_global * tokens + q.n_local * min(tokens, q.window))
 
 
-@numba.njit(cache=True, inline="always", error_model="numpy", fastmath=True)
+@numba.njit(cache=True, inline="always", error_model="numpy")
 def _fill(q, dtab, n, p):
     """(time packed, time alone, lin, att, weights packed, kv_r, kv_w, act, su_t, so_t) of one
     fill: packed into passes of ``chunk`` tokens, and alone (the latency) in its own passes."""
@@ -225,7 +225,7 @@ def _fill(q, dtab, n, p):
     return t, t_alone, lin, att, w, kv_r, kv_w, act, su_t, so_t
 
 
-@numba.njit(cache=True, inline="always", error_model="numpy", fastmath=True)
+@numba.njit(cache=True, inline="always", error_model="numpy")
 def _decode_att(q, steps, start, w_tok):
     """(time, lin, att, weights, kv_r, kv_w, act, su) of ``steps`` decode steps from ``start``,
     bearing ``w_tok`` attention-weight bytes per step (the replicas' read / sequences)."""
@@ -243,7 +243,7 @@ def _decode_att(q, steps, start, w_tok):
     return t, lin, att, w, kv_r, kv_w, act, su
 
 
-@numba.njit(cache=True, inline="always", error_model="numpy", fastmath=True)
+@numba.njit(cache=True, inline="always", error_model="numpy")
 def _one(q, dtab, exp_tok, n, p, m, xt, xe, buf, j, acc):
     """Price one call into column ``j`` of ``buf`` and add its stage totals to ``acc``."""
     t, t_alone, lin, att, w, kv_r, kv_w, act, su_t, so_t = _fill(q, dtab, n, p)
@@ -306,8 +306,8 @@ def _price(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e, cols):  # prag
     return sums
 
 
-_price_serial = numba.njit(cache=True, error_model="numpy", fastmath=True)(_price)
-_price_parallel = numba.njit(cache=True, parallel=True, error_model="numpy", fastmath=True)(_price)
+_price_serial = numba.njit(cache=True, error_model="numpy")(_price)
+_price_parallel = numba.njit(cache=True, parallel=True, error_model="numpy")(_price)
 PARALLEL_FROM_CALLS = 200_000  # below this, thread start-up and barriers cost more than they save
 
 
