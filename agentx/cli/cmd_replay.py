@@ -94,10 +94,11 @@ from agentx.units import GB
 @click.option(
     "--calls",
     "calls_mode",
-    type=click.Choice(["full", "summary", "none"]),
-    default="full",
+    type=click.Choice(["summary", "full", "none"]),
+    default="summary",
     show_default=True,
-    help="calls.parquet: every per-call column, the queried subset (docs/metrics.md), or none.",
+    help="calls.parquet: the columns queries use (docs/metrics.md), every per-call column "
+    "(adds per-stage FLOPs and bytes), or none.",
 )
 @click.option(
     "--chunk-rows",
