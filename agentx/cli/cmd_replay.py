@@ -209,9 +209,13 @@ def command(
     phases.step("reading the trace")
     if load_scale == 1.0 and over_context == "warn":
         # only the columns pricing and the KV model read stay in memory (every row is validated)
-        tr = read_trace_columns(trace, [*TRACE_COLUMNS, *(KV_COLUMNS if kv_tiers else ())])
+        # session ids as UInt32 codes in the ids' order (4 B per call, written back as the ids)
+        tr = read_trace_columns(
+            trace, [*TRACE_COLUMNS, *(KV_COLUMNS if kv_tiers else ())], session_codes=True
+        )
     else:  # the transforms rewrite sessions and compactions: they see the whole trace
         tr = read_trace(trace)
+    session_names = tr.session_names
     tr, context = apply_over_context(tr, cfg.model.max_context_tokens, over_context, quiet=quiet)
     tr = scale_load(tr, load_scale)
     operating_point = None
@@ -243,7 +247,9 @@ def command(
         meta = {"agentx.run_kind": "replay", "agentx.table": "calls"}
         cols = calls_columns(calls_mode, tr.calls.columns + list(_priced_columns(kv)))
         result = merge_partials(
-            write_calls(parts, calls_path, meta, cols), cfg, kv.summary if kv is not None else None
+            write_calls(parts, calls_path, meta, cols, session_names),
+            cfg,
+            kv.summary if kv is not None else None,
         )
         note = (result.summary.get("kv_tiers") or {}).get("block_size_note")
         if note and not quiet:

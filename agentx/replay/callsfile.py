@@ -67,11 +67,15 @@ class CallsWriter:
     waits for the writes and closes the file; an error in the thread is raised by the next
     ``write`` or by ``close``. The schema is the first frame's (with ``metadata``); later
     frames are cast to it. Use as a context manager: leaving on an error abandons the queue.
+    ``session_names``: a ``session_id`` column of integer codes is written as
+    ``session_names[code]`` (``Trace.session_names`` of ``read_trace_columns``).
     Reused by every driver that streams a calls table (docs/metrics.md).
     """
 
-    def __init__(self, path, metadata: dict[str, str] | None = None, depth: int = 1):
-        self._path, self._meta = path, metadata or {}
+    def __init__(
+        self, path, metadata: dict[str, str] | None = None, depth: int = 1, session_names=None
+    ):
+        self._path, self._meta, self._names = path, metadata or {}, session_names
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="calls-writer", daemon=True)
@@ -85,6 +89,10 @@ class CallsWriter:
             while (frame := self._queue.get()) is not None:
                 if self._error is not None:
                     continue  # drain: the producer learns of the error on its next write
+                if self._names is not None and "session_id" in frame.columns:
+                    # integer session codes (read_trace_columns) are written as the ids
+                    ids = self._names.gather(frame.get_column("session_id"))
+                    frame = frame.with_columns(ids.alias("session_id"))
                 table = frame.to_arrow()
                 del frame
                 if writer is None:
@@ -130,18 +138,23 @@ class CallsWriter:
             self._stop()
 
 
-def write_calls(parts, path, metadata: dict[str, str] | None = None, columns=None):
+def write_calls(
+    parts, path, metadata: dict[str, str] | None = None, columns=None, session_names=None
+):
     """Write the partials' calls rows to ``path`` (one Parquet row group each, atomic: temp
     file renamed at the end) in a background thread as they come; yields each partial,
     slimmed, for the merge. ``columns``: the columns to keep (default all); ``path`` None
-    writes nothing."""
+    writes nothing; ``session_names`` as in ``CallsWriter``."""
     from agentx.io import atomic_path
 
     if path is None:
         for p in parts:
             yield p.slim()
         return
-    with atomic_path(path, suffix=".parquet.tmp") as tmp, CallsWriter(tmp, metadata) as out:
+    with (
+        atomic_path(path, suffix=".parquet.tmp") as tmp,
+        CallsWriter(tmp, metadata, session_names=session_names) as out,
+    ):
         for p in parts:
             out.write(p.calls if columns is None else p.calls.select(columns))
             yield p.slim()
