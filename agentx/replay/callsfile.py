@@ -2,7 +2,7 @@
 
 ``CallsWriter`` encodes and writes row groups in a background thread (pyarrow releases the
 GIL while it encodes and compresses), so the next partition is priced while the last one is
-written; a bounded queue keeps at most ``depth`` partitions waiting. Codec choice (measured,
+written; at most ``depth`` partitions are handed over and not yet written. Codec choice (measured,
 docs/metrics.md "Which columns calls.parquet keeps"): zstd level 1 for integer and string
 columns, lz4 for float columns (zstd gains little on float mantissas and costs the most
 time), dictionary pages capped at 64 KiB so a high-cardinality float column gives up its
@@ -63,12 +63,13 @@ def parquet_options(schema) -> dict:
 class CallsWriter:
     """Append frames to a Parquet file as row groups, in a background thread, in order.
 
-    ``write(frame)`` hands a frame over (blocks while ``depth`` frames wait); ``close()``
-    waits for the writes and closes the file; an error in the thread is raised by the next
-    ``write`` or by ``close``. The schema is the first frame's (with ``metadata``); later
-    frames are cast to it. Use as a context manager: leaving on an error abandons the queue.
-    ``session_names``: a ``session_id`` column of integer codes is written as
-    ``session_names[code]`` (``Trace.session_names`` of ``read_trace_columns``).
+    ``write(frame)`` hands a frame over and blocks while ``depth`` earlier frames are not yet
+    written (so with depth 1 one partition is written while the next is priced, and no more
+    are held); ``close()`` waits for the writes and closes the file; an error in the thread
+    is raised by the next ``write`` or by ``close``. The schema is the first frame's (with
+    ``metadata``); later frames are cast to it. Use as a context manager: leaving on an error
+    abandons the rest. ``session_names``: a ``session_id`` column of integer codes is written
+    as ``session_names[code]`` (``Trace.session_names`` of ``read_trace_columns``).
     Reused by every driver that streams a calls table (docs/metrics.md).
     """
 
@@ -76,39 +77,44 @@ class CallsWriter:
         self, path, metadata: dict[str, str] | None = None, depth: int = 1, session_names=None
     ):
         self._path, self._meta, self._names = path, metadata or {}, session_names
-        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._slots = threading.Semaphore(depth)  # frames handed over and not yet written
         self._error: BaseException | None = None
+        self._writer = None
         self._thread = threading.Thread(target=self._run, name="calls-writer", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
+        while (frame := self._queue.get()) is not None:
+            try:
+                if self._error is None:  # after an error, frames are only let go
+                    self._append(frame)
+            except BaseException as err:  # noqa: BLE001 (handed to the producer thread)
+                self._error = err
+            finally:
+                del frame
+                self._slots.release()
+        try:
+            if self._writer is not None:
+                self._writer.close()
+        except BaseException as err:  # noqa: BLE001
+            self._error = self._error or err
+
+    def _append(self, frame: pl.DataFrame) -> None:
         import pyarrow.parquet as pq
 
-        writer = None
-        try:
-            while (frame := self._queue.get()) is not None:
-                if self._error is not None:
-                    continue  # drain: the producer learns of the error on its next write
-                if self._names is not None and "session_id" in frame.columns:
-                    # integer session codes (read_trace_columns) are written as the ids
-                    ids = self._names.gather(frame.get_column("session_id"))
-                    frame = frame.with_columns(ids.alias("session_id"))
-                table = frame.to_arrow()
-                del frame
-                if writer is None:
-                    meta = {k.encode(): v.encode() for k, v in self._meta.items()}
-                    schema = table.schema.with_metadata(meta)
-                    writer = pq.ParquetWriter(self._path, schema, **parquet_options(schema))
-                if not table.schema.equals(writer.schema, check_metadata=False):
-                    table = table.cast(writer.schema)
-                writer.write_table(table, row_group_size=max(table.num_rows, 1))
-        except BaseException as err:  # noqa: BLE001 (handed to the producer thread)
-            self._error = err
-            while self._queue.get() is not None:
-                pass
-        finally:
-            if writer is not None:
-                writer.close()
+        if self._names is not None and "session_id" in frame.columns:
+            # integer session codes (read_trace_columns) are written as the ids
+            ids = self._names.gather(frame.get_column("session_id"))
+            frame = frame.with_columns(ids.alias("session_id"))
+        table = frame.to_arrow()
+        if self._writer is None:
+            meta = {k.encode(): v.encode() for k, v in self._meta.items()}
+            schema = table.schema.with_metadata(meta)
+            self._writer = pq.ParquetWriter(self._path, schema, **parquet_options(schema))
+        if not table.schema.equals(self._writer.schema, check_metadata=False):
+            table = table.cast(self._writer.schema)
+        self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
 
     def _raise(self) -> None:
         if self._error is not None:
@@ -116,6 +122,7 @@ class CallsWriter:
 
     def write(self, frame: pl.DataFrame) -> None:
         self._raise()
+        self._slots.acquire()
         self._queue.put(frame)
 
     def close(self) -> None:
