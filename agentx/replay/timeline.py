@@ -25,7 +25,7 @@ def quantiles(values: np.ndarray, qs=QUANTILES) -> list[float]:
     out = []
     for p in pos:
         lo, hi = float(part[int(np.floor(p))]), float(part[int(np.ceil(p))])
-        out.append(lo if lo == hi else (p - np.floor(p)) * (hi - lo) + lo)
+        out.append(lo if lo == hi else float((p - np.floor(p)) * (hi - lo) + lo))
     return out
 
 
