@@ -246,10 +246,12 @@ def command(
         parts = replay_chunks(tr.calls, cfg, kv.per_call if kv is not None else None, chunk_rows)
         meta = {"agentx.run_kind": "replay", "agentx.table": "calls"}
         cols = calls_columns(calls_mode, tr.calls.columns + list(_priced_columns(kv)))
+        kv_summary = kv.summary if kv is not None else None
+        # from here the trace and the per-call KV outcome live only in the partition generator,
+        # which lets go of them after the last partition, before the merge's whole-trace figures
+        del tr, kv
         result = merge_partials(
-            write_calls(parts, calls_path, meta, cols, session_names),
-            cfg,
-            kv.summary if kv is not None else None,
+            write_calls(parts, calls_path, meta, cols, session_names), cfg, kv_summary
         )
         note = (result.summary.get("kv_tiers") or {}).get("block_size_note")
         if note and not quiet:
@@ -267,7 +269,7 @@ def command(
                 "kv_precision": cfg.kv_precision, "decode_batch": cfg.decode_batch,
                 "interactivity_tokens_per_s_per_user": interactivity,
                 "prefill_chunk_tokens": cfg.prefill_chunk_tokens, "routing_skew": cfg.routing_skew,
-                "pools": cfg.pools, "kv_tiers": kv is not None, "calls": calls_mode,
+                "pools": cfg.pools, "kv_tiers": kv_tiers, "calls": calls_mode,
                 "load_scale": load_scale, "over_context": over_context,
                 "efficiencies": dataclasses.asdict(cfg.efficiencies),
             }  # fmt: skip

@@ -41,9 +41,13 @@ def peak_resident(
     """
     if t0.size == 0:
         return 0.0, 0.0
+    order = _stable_order(t0)
+    t0s, ctx0 = t0[order], ctx[order]
     t1 = t0 + busy_s
-    arrive, finish = _stable_order(t0), _stable_order(t1)
-    return _peak(t0[arrive], ctx[arrive], t1[finish], ctx[finish], float(batch))
+    order = _stable_order(t1)  # one permutation alive at a time (8 B per call each)
+    t1, ctx1 = t1[order], ctx[order]
+    del order
+    return _peak(t0s, ctx0, t1, ctx1, float(batch))
 
 
 def _stable_order(t: np.ndarray) -> np.ndarray:
