@@ -54,3 +54,29 @@ def test_calls_writer_raises_a_failed_write_and_leaves_no_file(tmp_path):
     assert not list(tmp_path.iterdir())
     list(write_calls(iter([good, good]), out))
     assert pl.read_parquet(out)["t_start_s"].to_list() == [1.0, 2.0, 1.0, 2.0]
+
+
+def test_calls_writer_compresses_ints_and_mostly_zero_floats_only(tmp_path):
+    import pyarrow.parquet as pq
+
+    from agentx.replay.callsfile import CallsWriter
+
+    frame = pl.DataFrame(
+        {
+            "input_tokens": np.arange(1000),
+            "ttft_s": np.linspace(0.1, 9.0, 1000),  # dense
+            "prefill_time_s": np.where(np.arange(1000) % 10 == 0, 1.5, 0.0),  # mostly zeros
+        }
+    )
+    with CallsWriter(tmp_path / "c.parquet") as w:
+        w.write(frame)
+        w.write(frame.with_columns(prefill_time_s=pl.lit(2.0)))  # codecs stay the first's
+    md = pq.ParquetFile(tmp_path / "c.parquet").metadata
+    for g in range(md.num_row_groups):
+        codecs = [md.row_group(g).column(j).compression for j in range(3)]
+        assert codecs == ["ZSTD", "UNCOMPRESSED", "LZ4_RAW"] or codecs == [
+            "ZSTD",
+            "UNCOMPRESSED",
+            "LZ4",
+        ]
+    assert pl.read_parquet(tmp_path / "c.parquet").height == 2000

@@ -4,9 +4,10 @@
 GIL while it encodes and compresses), so the next partition is priced while the last one is
 written; at most ``depth`` partitions are handed over and not yet written. Codec choice (measured,
 docs/metrics.md "Which columns calls.parquet keeps"): zstd level 1 for integer and string
-columns, lz4 for float columns (zstd gains little on float mantissas and costs the most
-time), dictionary pages capped at 64 KiB so a high-cardinality float column gives up its
-dictionary after a few thousand values instead of a megabyte of hashing.
+columns; float columns uncompressed (float mantissas hardly compress and compressing them
+costs the most time) except those mostly zeros in the first row group (lz4); dictionary
+pages capped at 64 KiB so a high-cardinality float column gives up its dictionary after a
+few thousand values instead of a megabyte of hashing.
 """
 
 from __future__ import annotations
@@ -47,17 +48,31 @@ def calls_columns(mode: str, available) -> list[str] | None:
     return [c for c in dict.fromkeys(keep) if c in available]
 
 
-def parquet_options(schema) -> dict:
-    """ParquetWriter keyword arguments for a calls table of ``schema`` (module docstring)."""
+def parquet_options(schema, sparse=()) -> dict:
+    """ParquetWriter keyword arguments for a calls table of ``schema`` (module docstring);
+    ``sparse``: the float columns worth compressing (mostly zeros, ``sparse_floats``)."""
     import pyarrow as pa
 
     floats = [f.name for f in schema if pa.types.is_floating(f.type)]
     others = [f.name for f in schema if f.name not in floats]
     return {
-        "compression": {**{c: "zstd" for c in others}, **{c: "lz4" for c in floats}},
+        "compression": {
+            **{c: "zstd" for c in others},
+            **{c: "lz4" if c in sparse else "none" for c in floats},
+        },
         "compression_level": {c: 1 for c in others},
         "dictionary_pagesize_limit": DICTIONARY_PAGE_BYTES,
     }
+
+
+def sparse_floats(frame: pl.DataFrame) -> set[str]:
+    """Float columns of ``frame`` that are mostly (over half) zeros: fill times of a trace
+    that is mostly midfills, reload traffic. Dense float columns hardly compress."""
+    floats = [c for c, t in frame.schema.items() if t.is_float()]
+    if not floats or frame.height == 0:
+        return set()
+    zeros = frame.select((pl.col(c) == 0).mean() for c in floats).row(0)
+    return {c for c, z in zip(floats, zeros, strict=True) if z > 0.5}
 
 
 class CallsWriter:
@@ -108,10 +123,11 @@ class CallsWriter:
             ids = self._names.gather(frame.get_column("session_id"))
             frame = frame.with_columns(ids.alias("session_id"))
         table = frame.to_arrow()
-        if self._writer is None:
+        if self._writer is None:  # codecs from the first frame (deterministic for equal input)
             meta = {k.encode(): v.encode() for k, v in self._meta.items()}
             schema = table.schema.with_metadata(meta)
-            self._writer = pq.ParquetWriter(self._path, schema, **parquet_options(schema))
+            opts = parquet_options(schema, sparse_floats(frame))
+            self._writer = pq.ParquetWriter(self._path, schema, **opts)
         if not table.schema.equals(self._writer.schema, check_metadata=False):
             table = table.cast(self._writer.schema)
         self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
