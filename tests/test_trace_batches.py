@@ -105,3 +105,13 @@ def test_unread_string_columns_are_checked_from_statistics(tmp_path):
     _write(TRACE.calls.with_columns(_at("trigger", 3, pl.lit(None, pl.String))), p, 10)
     with pytest.raises(InputError, match="field 'trigger': expected a value, got null"):
         read_trace_columns(p, ["session_id"])
+
+
+def test_a_path_with_glob_characters_is_read_as_one_file(tmp_path):
+    from agentx.traces.batches import TraceBatches
+
+    p = tmp_path / "runs[1]*" / "t?.parquet"
+    p.parent.mkdir()
+    _write(TRACE.calls, p, 10)
+    frames = list(TraceBatches(p, ["session_id", "call_index"], batch_rows=16))
+    assert pl.concat(frames).equals(TRACE.calls.select("session_id", "call_index"))

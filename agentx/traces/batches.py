@@ -52,7 +52,7 @@ def _plan(path, columns) -> tuple[list[str], list[int], dict[str, str]]:
 
     try:
         md = pq.ParquetFile(path).metadata
-        types = pl.read_parquet_schema(path)
+        types = pl.scan_parquet(path, glob=False).collect_schema()  # a path may hold [ or *
     except Exception as err:  # noqa: BLE001 (read_trace words every way a file is unreadable)
         raise NotValid from err
     meta = md.metadata or {}
@@ -96,7 +96,8 @@ class TraceBatches:
         return pl.concat(self._names) if self._names else pl.Series("session_id", [], pl.String)
 
     def __iter__(self):
-        scan, carry = pl.scan_parquet(self.path).select(self.decode), None
+        scan = pl.scan_parquet(self.path, glob=False).select(self.decode)
+        carry = None
         for off, length in self.ranges:
             df = scan.slice(off, length).collect()
             df = df if carry is None else pl.concat([carry, df])
