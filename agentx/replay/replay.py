@@ -18,7 +18,7 @@ from agentx.errors import InputError, UsageError
 from agentx.replay.energy import coefficients
 from agentx.replay.footprint import check_fits, describe, footprint_per_gpu
 from agentx.replay.stages import KEYS, STAGES
-from agentx.replay.timeline import QUANTILES, peak_resident, quantiles
+from agentx.replay.timeline import QUANTILES, quantiles, resident_context
 
 TRACE_COLUMNS = (
     "session_id",
@@ -108,23 +108,6 @@ def call_frame(cfg: ServingConfig, calls, kv=None) -> pl.DataFrame:
     """The per-stage and latency columns of ``calls`` (see ``agentx.replay.stages.call_costs``)."""
     cols, _ = price_calls(cfg, calls, kv)
     return pl.DataFrame(dict(zip(CALL_COLUMNS, cols, strict=True)))
-
-
-def resident_context(calls: pl.DataFrame, busy_s: np.ndarray, batch: int) -> tuple[float, float]:
-    """(tokens, sequences) of KV resident in HBM at the busiest moment of the trace's timeline.
-
-    A call holds its context (input + output tokens) from its arrival for ``busy_s`` (its
-    fill and decode latency). When c calls are active and c > ``batch``, the decode batch
-    holds ``batch`` of them at the active mean context; the peak over all arrival/finish
-    events is reported (at equal times finishes first, each set in trace order).
-    """
-    t0 = calls.get_column("t_start_s").to_numpy().astype(np.float64)
-    ctx = (
-        (calls.get_column("input_tokens") + calls.get_column("output_tokens"))
-        .to_numpy()
-        .astype(np.float64)
-    )
-    return peak_resident(t0, ctx, np.asarray(busy_s, dtype=np.float64), batch)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+import polars as pl
 
 QUANTILES = (0.5, 0.9, 0.99)
 
@@ -27,6 +28,23 @@ def quantiles(values: np.ndarray, qs=QUANTILES) -> list[float]:
         lo, hi = float(part[int(np.floor(p))]), float(part[int(np.ceil(p))])
         out.append(lo if lo == hi else float((p - np.floor(p)) * (hi - lo) + lo))
     return out
+
+
+def resident_context(calls: pl.DataFrame, busy_s: np.ndarray, batch: int) -> tuple[float, float]:
+    """(tokens, sequences) of KV resident in HBM at the busiest moment of the trace's timeline.
+
+    A call holds its context (input + output tokens) from its arrival for ``busy_s`` (its
+    fill and decode latency). When c calls are active and c > ``batch``, the decode batch
+    holds ``batch`` of them at the active mean context; the peak over all arrival/finish
+    events is reported (at equal times finishes first, each set in trace order).
+    """
+    t0 = calls.get_column("t_start_s").to_numpy().astype(np.float64)
+    ctx = (
+        (calls.get_column("input_tokens") + calls.get_column("output_tokens"))
+        .to_numpy()
+        .astype(np.float64)
+    )
+    return peak_resident(t0, ctx, np.asarray(busy_s, dtype=np.float64), batch)
 
 
 def peak_resident(
