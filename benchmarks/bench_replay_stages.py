@@ -77,6 +77,11 @@ def one_run(trace: str, calls_mode: str) -> dict:
         parts = lambda: list(write_calls(replay_chunks(tr.calls, cfg), path, {}, cols, names))  # noqa: E731
         _stage(out, f"pricing + writing calls ({calls_mode})", parts)
         out["calls.parquet MB"] = path.stat().st_size / 1e6
+        out[f"writing calls alone ({calls_mode}, sync)"] = (
+            _write_alone(tr, cfg, cols, path),
+            0.0,
+            0.0,
+        )
     import polars as pl
 
     calls = pl.concat([p.calls for p in slim])
@@ -88,6 +93,30 @@ def one_run(trace: str, calls_mode: str) -> dict:
     _stage(out, "resident-KV peak", lambda: peak_resident(t0, ctx, busy, cfg.decode_batch))
     _stage(out, "merge (slim partials)", lambda: merge_partials(slim, cfg))
     return out
+
+
+def _write_alone(tr, cfg, cols, path) -> float:
+    """CPU seconds of writing calls.parquet alone: each partition priced untimed, then its
+    ids decoded, converted to Arrow and encoded in this thread (as the writer thread does)."""
+    import pyarrow.parquet as pq
+
+    from agentx.replay.callsfile import parquet_options, sparse_floats
+    from agentx.replay.replay import replay_chunks
+
+    spent, writer = 0.0, None
+    for p in replay_chunks(tr.calls, cfg):
+        frame = p.calls.select(cols) if cols else p.calls
+        c = time.thread_time()
+        frame = frame.with_columns(tr.session_names.gather(frame["session_id"]).alias("session_id"))
+        table = frame.to_arrow()
+        if writer is None:
+            writer = pq.ParquetWriter(
+                path, table.schema, **parquet_options(table.schema, sparse_floats(frame))
+            )
+        writer.write_table(table, row_group_size=table.num_rows)
+        spent += time.thread_time() - c
+    writer.close()
+    return spent
 
 
 def main() -> None:
@@ -111,6 +140,9 @@ def main() -> None:
             print(f"{name:<40} {runs[0][name]:8.1f}")
             continue
         cpu = sorted(r[name][0] for r in runs)
+        if name.endswith("sync)"):
+            print(f"{name:<40} CPU min {cpu[0]:6.2f} s  median {cpu[len(cpu) // 2]:6.2f} s")
+            continue
         wall = min(r[name][1] for r in runs)
         rss = max(r[name][2] for r in runs)
         print(
