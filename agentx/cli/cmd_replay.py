@@ -94,10 +94,11 @@ from agentx.units import GB
 @click.option(
     "--calls",
     "calls_mode",
-    type=click.Choice(["full", "summary", "none"]),
-    default="full",
+    type=click.Choice(["summary", "full", "none"]),
+    default="summary",
     show_default=True,
-    help="calls.parquet: every per-call column, the queried subset (docs/metrics.md), or none.",
+    help="calls.parquet: the columns queries use (docs/metrics.md), every per-call column "
+    "(adds per-stage FLOPs and bytes), or none.",
 )
 @click.option(
     "--chunk-rows",
@@ -208,9 +209,13 @@ def command(
     phases.step("reading the trace")
     if load_scale == 1.0 and over_context == "warn":
         # only the columns pricing and the KV model read stay in memory (every row is validated)
-        tr = read_trace_columns(trace, [*TRACE_COLUMNS, *(KV_COLUMNS if kv_tiers else ())])
+        # session ids as UInt32 codes in the ids' order (4 B per call, written back as the ids)
+        tr = read_trace_columns(
+            trace, [*TRACE_COLUMNS, *(KV_COLUMNS if kv_tiers else ())], session_codes=True
+        )
     else:  # the transforms rewrite sessions and compactions: they see the whole trace
         tr = read_trace(trace)
+    session_names = tr.session_names
     tr, context = apply_over_context(tr, cfg.model.max_context_tokens, over_context, quiet=quiet)
     tr = scale_load(tr, load_scale)
     operating_point = None
@@ -241,8 +246,12 @@ def command(
         parts = replay_chunks(tr.calls, cfg, kv.per_call if kv is not None else None, chunk_rows)
         meta = {"agentx.run_kind": "replay", "agentx.table": "calls"}
         cols = calls_columns(calls_mode, tr.calls.columns + list(_priced_columns(kv)))
+        kv_summary = kv.summary if kv is not None else None
+        # from here the trace and the per-call KV outcome live only in the partition generator,
+        # which lets go of them after the last partition, before the merge's whole-trace figures
+        del tr, kv
         result = merge_partials(
-            write_calls(parts, calls_path, meta, cols), cfg, kv.summary if kv is not None else None
+            write_calls(parts, calls_path, meta, cols, session_names), cfg, kv_summary
         )
         note = (result.summary.get("kv_tiers") or {}).get("block_size_note")
         if note and not quiet:
@@ -260,7 +269,7 @@ def command(
                 "kv_precision": cfg.kv_precision, "decode_batch": cfg.decode_batch,
                 "interactivity_tokens_per_s_per_user": interactivity,
                 "prefill_chunk_tokens": cfg.prefill_chunk_tokens, "routing_skew": cfg.routing_skew,
-                "pools": cfg.pools, "kv_tiers": kv is not None, "calls": calls_mode,
+                "pools": cfg.pools, "kv_tiers": kv_tiers, "calls": calls_mode,
                 "load_scale": load_scale, "over_context": over_context,
                 "efficiencies": dataclasses.asdict(cfg.efficiencies),
             }  # fmt: skip
