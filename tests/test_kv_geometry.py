@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from agentx.catalog import load_catalog
 from agentx.errors import UsageError
-from agentx.kv.budget import fit_block_size, fit_counted, ref_count
+from agentx.kv.budget import doublings, fit_block_size, fit_counted, ref_count, ref_counts
 from agentx.kv.geometry import batch_geometry, geometry, shared_groups
 from agentx.kv.tiers import PER_CALL, finish_frame
 from agentx.replay import make_config
@@ -112,6 +112,9 @@ def test_fit_block_size_equals_the_doubling_loop(calls, bs, hashes, max_refs):
     n_in = np.array([c[0] for c in calls], np.int64)
     reused = np.array([int(c[0] * c[1]) for c in calls], np.int64)
     assert ref_count(n_in, reused, bs, hashes) == old_ref_count(n_in, reused, bs, hashes)
+    k = doublings(bs, max(int(n_in.max(initial=1)), 1))
+    every = ref_counts(n_in, reused, bs, k, hashes)  # the compiled pass, all sizes at once
+    assert list(every) == [old_ref_count(n_in, reused, bs << j, hashes) for j in range(k)]
     top = max(int(n_in.max(initial=1)), 1)
     count = lambda b: old_ref_count(n_in, reused, b, hashes)  # noqa: E731
     old = old_fit_block_size(n_in, reused, bs, hashes, max_refs)

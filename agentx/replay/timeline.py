@@ -69,21 +69,21 @@ def peak_resident(
 
 
 def _stable_order(t: np.ndarray) -> np.ndarray:
+    """``np.argsort(t, kind="stable")`` at a third of its cost: an unstable sort, then only
+    the rows whose time another row shares are put back in row order (plain numpy, so the
+    first replay of a small trace compiles nothing for it)."""
     order = np.argsort(t)
-    _trace_order_in_ties(order, t[order])
+    ts = t[order]
+    eq = ts[1:] == ts[:-1]
+    if eq.any():
+        member = np.zeros(t.size, bool)
+        member[1:] = eq
+        member[:-1] |= eq
+        pos = np.flatnonzero(member)
+        group = np.cumsum(np.concatenate(([True], ~eq)))[pos]
+        r = order[pos]
+        order[pos] = r[np.lexsort((r, group))]
     return order
-
-
-@numba.njit(cache=True)
-def _trace_order_in_ties(order, sorted_t):  # pragma: no cover (compiled)
-    n, i = order.size, 0
-    while i < n:
-        j = i + 1
-        while j < n and sorted_t[j] == sorted_t[i]:
-            j += 1
-        if j - i > 1:
-            order[i:j] = np.sort(order[i:j])
-        i = j
 
 
 @numba.njit(cache=True, error_model="numpy")
