@@ -1,9 +1,13 @@
-"""Compiled steps of the chain kernel (agentx.kv.chains): the Fenwick window and one call.
+"""Compiled steps of the chain kernel (agentx.kv.chains): the time window and one call.
 
-The window holds, at each reference time, the tokens of the block whose latest reference it
-is (0 once the block moved on); a reuse distance is the window's sum between two times. The
-tree sums ``CHUNK`` times per leaf so it stays in cache; a query adds fewer than ``CHUNK``
-plain times.
+The window ``wt`` holds, at each reference time, the tokens of the block whose latest
+reference it is (0 once the block moved on); a reuse distance is the window's sum from the
+previous reference to now. ``sc`` = (now, total, closed): the next free time, the window's sum
+(a running total, so a query needs only the part before the previous reference) and how many
+``CHUNK``-time chunks a Fenwick tree ``bf`` sums. Chunks at or after ``closed`` are still
+being filled: placing blocks there touches only ``wt``; a chunk joins the tree once ``now``
+has passed it. A query sums at most ``CHUNK / 2`` plain times, on the side of its chunk
+that is shorter.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ A_SSD_LOAD, A_LOWER_LOAD, A_CREATED = 4, 5, 6  # block tokens: SSD reads, DRAM|S
 # global counters
 G_BLK = 0  # 0..3: read blocks per tier
 G_DISTINCT = 4
-CHUNK = 64  # window times per Fenwick leaf: the tree stays in cache, a query adds < 64 more
+CHUNK = 64  # window times per Fenwick leaf: the tree stays in cache
+NOW, TOTAL, CLOSED = 0, 1, 2  # sc fields
+ROOM = 8  # a compacted window has room for ROOM x its live blocks: few compactions
 
 
 @nb.njit(cache=True)
@@ -31,44 +37,46 @@ def _tier(d, caps):  # pragma: no cover (compiled)
 
 
 @nb.njit(cache=True)
-def _rebuild(wt, used, cap, need, ptime, stime, floor):  # pragma: no cover (compiled)
-    """Compact the window: times deeper than ``cap`` (before the horizon) become DEAD and
-    times with no block left are dropped; ``ptime``/``stime`` are renumbered in place. Only
-    weights decide a distance, so closing the gaps keeps every distance. Returns the live
-    count, the new weights and a Fenwick tree (point column) built in linear time."""
-    total = 0
-    for i in range(used):
-        total += wt[i]
+def _rebuild(wt, bf, remap, sc, cap, need, ptime, stime, floor):  # pragma: no cover (compiled)
+    """Compact the window in place: times deeper than ``cap`` (before the horizon) become
+    DEAD and times with no block left are dropped; ``ptime``/``stime`` are renumbered. Only
+    weights decide a distance, so closing the gaps keeps every distance. Returns the window,
+    its tree and the renumbering buffer (new arrays when the window had to grow)."""
+    used, total = sc[NOW], sc[TOTAL]
     h = 0
     while h < used and total > cap:
         total -= wt[h]
+        remap[h] = DEAD
         h += 1
-    new = np.full(used, DEAD, np.int64)
     live = 0
     for i in range(h, used):
         if wt[i] != 0:
-            new[i] = live
+            remap[i] = live
+            wt[live] = wt[i]
             live += 1
-    size = max(floor, 4)
-    while size < 4 * (live + need):
-        size *= 2
-    nwt = np.zeros(size, np.int64)
-    for i in range(h, used):
-        if wt[i] != 0:
-            nwt[new[i]] = wt[i]
     for arr in (ptime, stime):
         for q in range(arr.size):
             if arr[q] >= 0:
-                arr[q] = new[arr[q]]
-    bf = np.zeros(size // CHUNK + 2, np.int64)  # Fenwick tree over chunk sums
-    for y in range(live):
-        bf[y // CHUNK + 1] += nwt[y]
+                arr[q] = remap[arr[q]]
+    wt[live:used] = 0
+    size = max(floor, 4)
+    while size < ROOM * (live + need):
+        size *= 2
+    if size > wt.size:
+        nwt = np.zeros(size, np.int64)
+        nwt[:live] = wt[:live]
+        wt, remap, bf = nwt, np.empty(size, np.int64), np.zeros(size // CHUNK + 2, np.int64)
+    closed = live // CHUNK
+    bf[:] = 0
+    for y in range(closed * CHUNK):
+        bf[y // CHUNK + 1] += wt[y]
     n = bf.size - 1
     for i in range(1, n + 1):  # linear build: every node passes its sum up
         j = i + (i & -i)
         if j <= n:
             bf[j] += bf[i]
-    return live, nwt, bf
+    sc[NOW], sc[TOTAL], sc[CLOSED] = live, total, closed
+    return wt, bf, remap
 
 
 @nb.njit(cache=True, inline="always")
@@ -80,42 +88,73 @@ def _fen_add(bf, c, v):  # pragma: no cover (compiled)
 
 
 @nb.njit(cache=True, inline="always")
-def _pfx(bf, wt, i):  # pragma: no cover (compiled)
-    """Tokens at window times 0..i-1: whole chunks from the Fenwick tree, the rest summed."""
-    c = i // CHUNK
+def _dist(bf, wt, sc, p):  # pragma: no cover (compiled)
+    """Tokens at window times p..now-1 (the reuse distance of a block last used at p)."""
+    t0 = sc[NOW]
+    closed = sc[CLOSED]
+    while closed < t0 // CHUNK:  # chunks now has passed join the tree
+        s = 0
+        for y in range(closed * CHUNK, closed * CHUNK + CHUNK):
+            s += wt[y]
+        _fen_add(bf, closed, s)
+        closed += 1
+    sc[CLOSED] = closed
+    c = p // CHUNK
     s = 0
-    x = c
+    if c >= closed:
+        for y in range(p, t0):
+            s += wt[y]
+        return s
+    lo = p - c * CHUNK
+    if lo < CHUNK // 2:  # sum the chunk's head: tree prefix up to c, then c*CHUNK..p-1
+        x = c
+        for y in range(c * CHUNK, p):
+            s += wt[y]
+    else:  # sum its tail p..end of chunk on top of the tree's suffix after c
+        x = c + 1
+        for y in range(p, c * CHUNK + CHUNK):
+            s -= wt[y]
     while x > 0:
         s += bf[x]
         x -= x & -x
-    for y in range(c * CHUNK, i):
-        s += wt[y]
-    return s
+    return sc[TOTAL] - s
 
 
 @nb.njit(cache=True, inline="always")
-def _set(bf, wt, lo, n, v, d):  # pragma: no cover (compiled)
-    """Times lo..lo+n-1 now hold v tokens each (they changed by d each)."""
-    wt[lo : lo + n] = v
-    hi = lo + n
-    c = lo // CHUNK
-    while c * CHUNK < hi:
-        a = max(lo, c * CHUNK)
-        z = min(hi, (c + 1) * CHUNK)
-        _fen_add(bf, c, d * (z - a))
-        c += 1
+def _take(bf, wt, sc, p0, t0, n, w):  # pragma: no cover (compiled)
+    """The blocks at times p0..p0+n-1 move to t0.. (p0 + n <= t0), or when ``w`` >= 0 blocks
+    of ``w`` tokens each; returns their tokens. Only closed chunks update the tree."""
+    tok = 0
+    closed = sc[CLOSED]
+    x = 0
+    while x < n:
+        c = (p0 + x) // CHUNK
+        end = min(n, c * CHUNK + CHUNK - p0)
+        d = 0
+        for y in range(x, end):
+            v = wt[p0 + y] if w < 0 else w
+            wt[p0 + y] = 0
+            wt[t0 + y] = v
+            d += v
+        if c < closed:
+            _fen_add(bf, c, -d)
+        tok += d
+        x = end
+    return tok
 
 
 @nb.njit(cache=True, inline="always")
-def _close(k, kind, p0, t0, n, w, is_read, rt, caps, bf, wt, acc, glob):  # pragma: no cover
+def _close(k, kind, p0, t0, n, w, is_read, rt, caps, bf, wt, sc, acc, glob):  # pragma: no cover
     """A run of ``n`` references at times t0.. sharing one distance: query, move, account."""
     if n == 0:
         return
     tier = NOWHERE
     if kind == LIVE:
-        tier = _tier(_pfx(bf, wt, t0) - _pfx(bf, wt, p0), caps)
-        _set(bf, wt, p0, n, 0, -w)  # a time holds one block: it has moved on
-    _set(bf, wt, t0, n, w, w)
+        tier = _tier(_dist(bf, wt, sc, p0), caps)
+        _take(bf, wt, sc, p0, t0, n, w)
+    else:
+        wt[t0 : t0 + n] = w
+        sc[TOTAL] += n * w
     _account(k, tier, n, n * w, is_read, rt, acc, glob)
 
 
@@ -133,52 +172,14 @@ def _account(k, tier, n, tok, is_read, rt, acc, glob):  # pragma: no cover (comp
 
 
 @nb.njit(cache=True, inline="always")
-def _shift(bf, wt, p0, t0, n):  # pragma: no cover (compiled)
-    """Move the blocks at times p0.. to t0.. (p0 + n <= t0); returns their tokens."""
+def _place(wt, sc, t0, pw, q0, n):  # pragma: no cover (compiled)
+    """Put blocks of tokens pw[q0..q0+n) at times t0.. (open chunks); returns their tokens."""
     tok = 0
-    c_old = c_new = -1
-    d_old = d_new = 0
-    for x in range(n):
-        v = wt[p0 + x]
-        wt[p0 + x] = 0
-        wt[t0 + x] = v
-        tok += v
-        c = (p0 + x) // CHUNK
-        if c != c_old:
-            if c_old >= 0:
-                _fen_add(bf, c_old, -d_old)
-            c_old, d_old = c, 0
-        d_old += v
-        c = (t0 + x) // CHUNK
-        if c != c_new:
-            if c_new >= 0:
-                _fen_add(bf, c_new, d_new)
-            c_new, d_new = c, 0
-        d_new += v
-    if c_old >= 0:
-        _fen_add(bf, c_old, -d_old)
-        _fen_add(bf, c_new, d_new)
-    return tok
-
-
-@nb.njit(cache=True, inline="always")
-def _place(bf, wt, t0, pw, q0, n):  # pragma: no cover (compiled)
-    """Put blocks of tokens pw[q0..q0+n) at times t0..; returns their tokens."""
-    tok = 0
-    c_new = -1
-    d_new = 0
     for x in range(n):
         v = pw[q0 + x]
         wt[t0 + x] = v
         tok += v
-        c = (t0 + x) // CHUNK
-        if c != c_new:
-            if c_new >= 0:
-                _fen_add(bf, c_new, d_new)
-            c_new, d_new = c, 0
-        d_new += v
-    if c_new >= 0:
-        _fen_add(bf, c_new, d_new)
+    sc[TOTAL] += tok
     return tok
 
 
@@ -202,12 +203,14 @@ def _call(
     sw,
     wt,
     bf,
+    sc,
     acc,
     glob,
 ):  # pragma: no cover (compiled)
     """One call's references at window times t..: reads of positions [0, nr), then writes of
     [wp, nb). Shared positions (< spt_k) go one by one, merged into runs where their previous
-    uses were consecutive; private ones are scanned run by run (tight loops over the chain)."""
+    uses were consecutive; private ones are scanned run by run (tight loops over the chain).
+    ``sc[NOW]`` is the next time to fill while the call runs."""
     # reads: shared positions
     r_n = r_t0 = r_p0 = r_w = r_kind = r_rt = 0
     last_p = -3
@@ -235,10 +238,12 @@ def _call(
                 r_n += 1
                 r_rt += rt
             else:
-                _close(k, r_kind, r_p0, r_t0, r_n, r_w, is_read, r_rt, caps, bf, wt, acc, glob)
+                sc[NOW] = r_t0
+                _close(k, r_kind, r_p0, r_t0, r_n, r_w, is_read, r_rt, caps, bf, wt, sc, acc, glob)  # fmt: skip
                 r_n, r_t0, r_p0, r_w, r_kind, r_rt = 1, ti, p, w, kind, rt
             last_p = p
-        _close(k, r_kind, r_p0, r_t0, r_n, r_w, is_read, r_rt, caps, bf, wt, acc, glob)
+        sc[NOW] = r_t0
+        _close(k, r_kind, r_p0, r_t0, r_n, r_w, is_read, r_rt, caps, bf, wt, sc, acc, glob)
         r_n = 0
         if part == 1:
             break
@@ -248,26 +253,29 @@ def _call(
         while j < nr:
             q = cb + j
             p = ptime[q]
+            ptime[q] = t + j
             j1 = j + 1
+            sc[NOW] = t + j
             if p >= 0:
                 while j1 < nr and ptime[cb + j1] == p + (j1 - j):
+                    ptime[cb + j1] = t + j1
                     j1 += 1
-                tier = _tier(_pfx(bf, wt, t + j) - _pfx(bf, wt, p), caps)
-                tok = _shift(bf, wt, p, t + j, j1 - j)
+                tier = _tier(_dist(bf, wt, sc, p), caps)
+                tok = _take(bf, wt, sc, p, t + j, j1 - j, -1)
             else:
                 if p == -1:  # reused per the trace but never written in this chain: new
+                    pw[q] = min(bs, n_in_k - j * bs)
                     while j1 < nr and ptime[cb + j1] == -1:
+                        pw[cb + j1] = min(bs, n_in_k - j1 * bs)
+                        ptime[cb + j1] = t + j1
                         j1 += 1
-                    for x in range(j, j1):
-                        pw[cb + x] = min(bs, n_in_k - x * bs)
                     glob[G_DISTINCT] += j1 - j
                 else:
                     while j1 < nr and ptime[cb + j1] == DEAD:
+                        ptime[cb + j1] = t + j1
                         j1 += 1
                 tier = NOWHERE
-                tok = _place(bf, wt, t + j, pw, q, j1 - j)
-            for x in range(j, j1):
-                ptime[cb + x] = t + x
+                tok = _place(wt, sc, t + j, pw, q, j1 - j)
             rt = (j1 - j) * bs - (nr * bs - reused_k if j1 == nr else 0)
             _account(k, tier, j1 - j, tok, 1, rt, acc, glob)
             j = j1
@@ -279,5 +287,70 @@ def _call(
             ptime[cb + x] = t + nr + x - wp
             pw[cb + x] = bs if x < full_end else n_in_k - (nb - 1) * bs
         glob[G_DISTINCT] += nb - j0
-        tok = _place(bf, wt, t + nr + j0 - wp, pw, cb + j0, nb - j0)
+        tok = _place(wt, sc, t + nr + j0 - wp, pw, cb + j0, nb - j0)
         _account(k, NOWHERE, nb - j0, tok, 0, 0, acc, glob)
+
+
+@nb.njit(cache=True)
+def _release(ptime, phi, bases, widths):  # pragma: no cover (compiled)
+    for i in range(bases.size):
+        ptime[bases[i] : bases[i] + widths[i]] = -1
+        phi[bases[i]] = 0
+
+
+@nb.njit(cache=True)
+def _feed(
+    base, n_blk, n_read, write_pos, n_in, reused, spt, sh_base, last,
+    bs, caps, window, ptime, pw, phi, stime, sw, wt, bf, remap, sc, glob,
+):  # fmt: skip  # pragma: no cover (compiled)
+    n_calls = base.size
+    acc = np.zeros((n_calls, 7), np.int64)
+    floor = max(window, ptime.size // 2)
+    cap = caps[2]
+    for k in range(n_calls):
+        cb = base[k]
+        nref = n_read[k] + n_blk[k] - write_pos[k]
+        if sc[NOW] + nref > wt.size:
+            wt, bf, remap = _rebuild(wt, bf, remap, sc, cap, nref, ptime, stime, floor)
+        t = sc[NOW]
+        _call(k, t, cb, n_read[k], write_pos[k], n_blk[k], n_in[k], reused[k], spt[k],
+              sh_base[k], bs, caps, ptime, pw, stime, sw, wt, bf, sc, acc, glob)  # fmt: skip
+        sc[NOW] = t + nref
+        # positions past this prompt are gone from the chain (their blocks age out)
+        hi = max(phi[cb], n_blk[k]) if last[k] else phi[cb]
+        for j in range(0 if last[k] else n_blk[k], hi):
+            ptime[cb + j] = -1
+        phi[cb] = 0 if last[k] else n_blk[k]  # a chain's last call frees its slot
+    return acc, wt, bf, remap
+
+
+@nb.njit(cache=True)
+def _slots(chain, width):  # pragma: no cover (compiled)
+    """Per call its chain's slot and whether it is the chain's last call; slots come in
+    power-of-two sizes, a free list per size (linked through the chains that held them)."""
+    n = chain.size
+    end = np.full(width.size, -1, np.int64)
+    for k in range(n):
+        end[chain[k]] = k
+    slot = np.full(width.size, -1, np.int64)
+    nxt = np.full(width.size, -1, np.int64)
+    head = np.full(64, -1, np.int64)
+    base = np.empty(n, np.int64)
+    last = np.zeros(n, np.bool_)
+    top = 0
+    for k in range(n):
+        c = chain[k]
+        cls = 0
+        while (1 << cls) < width[c]:
+            cls += 1
+        if slot[c] < 0:
+            f = head[cls]
+            if f >= 0:
+                slot[c], head[cls] = slot[f], nxt[f]
+            else:
+                slot[c], top = top, top + (1 << cls)
+        base[k] = slot[c]
+        if end[c] == k:
+            last[k] = True
+            nxt[c], head[cls] = head[cls], c
+    return base, last, top

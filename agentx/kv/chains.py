@@ -33,12 +33,11 @@ API (resumable: the state persists between calls, so a streaming caller feeds ba
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from agentx.errors import UsageError
 from agentx.kv.blocks import Geometry
-from agentx.kv.chain_ops import CHUNK, _call, _rebuild
+from agentx.kv.chain_ops import CHUNK, _feed, _release, _slots
 
 WINDOW = 1 << 20
 
@@ -61,7 +60,8 @@ class ChainState:
         size = max(self.window, pool // 2)  # renumbering costs O(pool): once per pool/2 refs
         self.wt = np.zeros(size, np.int64)  # tokens at each time of the window
         self.bf = np.zeros(size // CHUNK + 2, np.int64)  # Fenwick tree over chunk sums
-        self.now = 0
+        self.remap = np.empty(size, np.int64)  # compaction's renumbering buffer
+        self.sc = np.zeros(3, np.int64)  # now, the window's total tokens, chunks in the tree
         self.glob = np.zeros(5, np.int64)
 
     def grow(self, pool: int | None = None, n_shared: int | None = None) -> None:
@@ -74,16 +74,17 @@ class ChainState:
     def release(self, bases, widths) -> None:
         _release(self.ptime, self.phi, np.asarray(bases, np.int64), np.asarray(widths, np.int64))
 
-    def feed(self, base, n_blk, n_read, write_pos, n_in, reused, spt, sh_base) -> np.ndarray:
+    def feed(self, base, n_blk, n_read, write_pos, n_in, reused, spt, sh_base, last=None) -> np.ndarray:  # fmt: skip
         cols = [np.ascontiguousarray(a, np.int64) for a in (base, n_blk, n_read, write_pos, n_in, reused, spt, sh_base)]  # fmt: skip
+        last = np.zeros(cols[0].size, np.bool_) if last is None else np.asarray(last, np.bool_)
         base, n_blk, _, _, _, _, spt, sh_base = cols
         if base.size and (base.min() < 0 or (base + n_blk).max() > self.ptime.size):
             raise UsageError(f"chain positions outside the pool of {self.ptime.size} (grow it)")
         if spt.size and (sh_base + np.minimum(spt, n_blk)).max() > self.stime.size:
             raise UsageError(f"shared blocks outside the pool of {self.stime.size} (grow it)")
-        acc, self.now, self.wt, self.bf = _feed(
-            *cols, self.bs, self.caps, self.window, self.ptime, self.pw, self.phi,
-            self.stime, self.sw, self.wt, self.bf, self.now, self.glob,
+        acc, self.wt, self.bf, self.remap = _feed(
+            *cols, last, self.bs, self.caps, self.window, self.ptime, self.pw, self.phi,
+            self.stime, self.sw, self.wt, self.bf, self.remap, self.sc, self.glob,
         )  # fmt: skip
         return acc
 
@@ -92,43 +93,12 @@ def chain_outcomes(g: Geometry, caps_tokens, window: int = WINDOW):
     """Per call (time order) ``acc`` columns and the global counters, at capacities
     ``caps_tokens`` (HBM, DRAM, SSD; inclusive, made cumulative). ``window``: first size of
     the Fenwick window in references (grown as needed; any value gives the same result)."""
-    # each chain's positions live at cbase[chain] .. + its longest prompt in blocks
+    # each chain's positions live at base .. + its longest prompt in blocks, in a slot that a
+    # chain seen later reuses once this one has ended: the pool spans the live chains only
     n_chain = int(g.chain.max()) + 1 if g.chain.size else 0
     width = np.zeros(n_chain, np.int64)
     np.maximum.at(width, g.chain, g.n_blk)
-    cbase = np.cumsum(width) - width
-    st = ChainState(caps_tokens, g.bs, int(width.sum()), g.n_shared, window)
-    acc = st.feed(cbase[g.chain], g.n_blk, g.n_read, g.write_pos, g.n_in, g.reused, g.spt, g.sh_base)  # fmt: skip
+    base, last, pool = _slots(g.chain, width)
+    st = ChainState(caps_tokens, g.bs, pool, g.n_shared, window)
+    acc = st.feed(base, g.n_blk, g.n_read, g.write_pos, g.n_in, g.reused, g.spt, g.sh_base, last)  # fmt: skip
     return acc, st.glob
-
-
-@nb.njit(cache=True)
-def _release(ptime, phi, bases, widths):  # pragma: no cover (compiled)
-    for i in range(bases.size):
-        ptime[bases[i] : bases[i] + widths[i]] = -1
-        phi[bases[i]] = 0
-
-
-@nb.njit(cache=True)
-def _feed(
-    base, n_blk, n_read, write_pos, n_in, reused, spt, sh_base,
-    bs, caps, window, ptime, pw, phi, stime, sw, wt, bf, now, glob,
-):  # fmt: skip  # pragma: no cover (compiled)
-    n_calls = base.size
-    acc = np.zeros((n_calls, 7), np.int64)
-    floor = max(window, ptime.size // 2)
-    cap = caps[2]
-    for k in range(n_calls):
-        cb = base[k]
-        nref = n_read[k] + n_blk[k] - write_pos[k]
-        if now + nref > wt.size:
-            now, wt, bf = _rebuild(wt, now, cap, nref, ptime, stime, floor)
-        t = now
-        now += nref
-        _call(k, t, cb, n_read[k], write_pos[k], n_blk[k], n_in[k], reused[k], spt[k],
-              sh_base[k], bs, caps, ptime, pw, stime, sw, wt, bf, acc, glob)  # fmt: skip
-        # positions past this prompt are gone from the chain (their blocks age out)
-        for j in range(n_blk[k], phi[cb]):
-            ptime[cb + j] = -1
-        phi[cb] = n_blk[k]
-    return acc, now, wt, bf
