@@ -28,7 +28,7 @@ NOW, TOTAL, CLOSED = 0, 1, 2  # sc fields
 ROOM = 8  # a compacted window has room for ROOM x its live blocks: few compactions
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, _nrt=False)
 def _tier(d, caps):  # pragma: no cover (compiled)
     for i in range(3):
         if d <= caps[i]:
@@ -36,12 +36,11 @@ def _tier(d, caps):  # pragma: no cover (compiled)
     return NOWHERE
 
 
-@nb.njit(cache=True)
-def _rebuild(wt, bf, remap, sc, cap, need, ptime, stime, floor):  # pragma: no cover (compiled)
+@nb.njit(cache=True, _nrt=False)
+def _compact(wt, bf, remap, sc, cap, ptime, stime):  # pragma: no cover (compiled)
     """Compact the window in place: times deeper than ``cap`` (before the horizon) become
     DEAD and times with no block left are dropped; ``ptime``/``stime`` are renumbered. Only
-    weights decide a distance, so closing the gaps keeps every distance. Returns the window,
-    its tree and the renumbering buffer (new arrays when the window had to grow)."""
+    weights decide a distance, so closing the gaps keeps every distance."""
     used, total = sc[NOW], sc[TOTAL]
     h = 0
     while h < used and total > cap:
@@ -54,32 +53,34 @@ def _rebuild(wt, bf, remap, sc, cap, need, ptime, stime, floor):  # pragma: no c
             remap[i] = live
             wt[live] = wt[i]
             live += 1
-    for arr in (ptime, stime):
-        for q in range(arr.size):
-            if arr[q] >= 0:
-                arr[q] = remap[arr[q]]
-    wt[live:used] = 0
-    size = max(floor, 4)
-    while size < ROOM * (live + need):
-        size *= 2
-    if size > wt.size:
-        nwt = np.zeros(size, np.int64)
-        nwt[:live] = wt[:live]
-        wt, remap, bf = nwt, np.empty(size, np.int64), np.zeros(size // CHUNK + 2, np.int64)
-    closed = live // CHUNK
+    for q in range(ptime.size):
+        if ptime[q] >= 0:
+            ptime[q] = remap[ptime[q]]
+    for q in range(stime.size):
+        if stime[q] >= 0:
+            stime[q] = remap[stime[q]]
+    for i in range(live, used):
+        wt[i] = 0
+    sc[NOW], sc[TOTAL] = live, total
+    fenwick(wt, bf, sc)
+
+
+@nb.njit(cache=True, _nrt=False)
+def fenwick(wt, bf, sc):  # pragma: no cover (compiled)
+    """The tree over the window's whole chunks before now, built in linear time."""
+    closed = sc[NOW] // CHUNK
     bf[:] = 0
     for y in range(closed * CHUNK):
         bf[y // CHUNK + 1] += wt[y]
     n = bf.size - 1
-    for i in range(1, n + 1):  # linear build: every node passes its sum up
+    for i in range(1, n + 1):  # every node passes its sum up
         j = i + (i & -i)
         if j <= n:
             bf[j] += bf[i]
-    sc[NOW], sc[TOTAL], sc[CLOSED] = live, total, closed
-    return wt, bf, remap
+    sc[CLOSED] = closed
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True, _nrt=False)
 def _fen_add(bf, c, v):  # pragma: no cover (compiled)
     i = c + 1
     while i < bf.size:
@@ -87,7 +88,7 @@ def _fen_add(bf, c, v):  # pragma: no cover (compiled)
         i += i & -i
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True, _nrt=False)
 def _dist(bf, wt, sc, p):  # pragma: no cover (compiled)
     """Tokens at window times p..now-1 (the reuse distance of a block last used at p)."""
     t0 = sc[NOW]
@@ -120,7 +121,7 @@ def _dist(bf, wt, sc, p):  # pragma: no cover (compiled)
     return sc[TOTAL] - s
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True, _nrt=False)
 def _take(bf, wt, sc, p0, t0, n, w):  # pragma: no cover (compiled)
     """The blocks at times p0..p0+n-1 move to t0.. (p0 + n <= t0), or when ``w`` >= 0 blocks
     of ``w`` tokens each; returns their tokens. Only closed chunks update the tree."""
@@ -143,7 +144,7 @@ def _take(bf, wt, sc, p0, t0, n, w):  # pragma: no cover (compiled)
     return tok
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True, _nrt=False)
 def _close(k, kind, p0, t0, n, w, is_read, rt, caps, bf, wt, sc, acc, glob):  # pragma: no cover
     """A run of ``n`` references at times t0.. sharing one distance: query, move, account."""
     if n == 0:
@@ -158,7 +159,7 @@ def _close(k, kind, p0, t0, n, w, is_read, rt, caps, bf, wt, sc, acc, glob):  # 
     _account(k, tier, n, n * w, is_read, rt, acc, glob)
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True, _nrt=False)
 def _account(k, tier, n, tok, is_read, rt, acc, glob):  # pragma: no cover (compiled)
     if is_read == 1:
         acc[k, A_HIT + tier] += rt
@@ -171,7 +172,7 @@ def _account(k, tier, n, tok, is_read, rt, acc, glob):  # pragma: no cover (comp
         acc[k, A_CREATED] += tok
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True, _nrt=False)
 def _place(wt, sc, t0, pw, q0, n):  # pragma: no cover (compiled)
     """Put blocks of tokens pw[q0..q0+n) at times t0.. (open chunks); returns their tokens."""
     tok = 0
@@ -183,7 +184,7 @@ def _place(wt, sc, t0, pw, q0, n):  # pragma: no cover (compiled)
     return tok
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, _nrt=False)
 def _call(
     k,
     t,
@@ -298,20 +299,22 @@ def _release(ptime, phi, bases, widths):  # pragma: no cover (compiled)
         phi[bases[i]] = 0
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, _nrt=False)
 def _feed(
-    base, n_blk, n_read, write_pos, n_in, reused, spt, sh_base, last,
-    bs, caps, window, ptime, pw, phi, stime, sw, wt, bf, remap, sc, glob,
+    base, n_blk, n_read, write_pos, n_in, reused, spt, sh_base, last, k0, acc,
+    bs, caps, ptime, pw, phi, stime, sw, wt, bf, remap, sc, glob,
 ):  # fmt: skip  # pragma: no cover (compiled)
-    n_calls = base.size
-    acc = np.zeros((n_calls, 7), np.int64)
-    floor = max(window, ptime.size // 2)
+    """Calls k0.. of the batch; returns where it stopped: the end, or a call that needs a
+    larger window (the caller grows it and resumes; arrays are never rebound in here, which
+    keeps numba from reference-counting them at every step)."""
     cap = caps[2]
-    for k in range(n_calls):
+    for k in range(k0, base.size):
         cb = base[k]
         nref = n_read[k] + n_blk[k] - write_pos[k]
         if sc[NOW] + nref > wt.size:
-            wt, bf, remap = _rebuild(wt, bf, remap, sc, cap, nref, ptime, stime, floor)
+            _compact(wt, bf, remap, sc, cap, ptime, stime)
+            if ROOM * (sc[NOW] + nref) > wt.size:
+                return k
         t = sc[NOW]
         _call(k, t, cb, n_read[k], write_pos[k], n_blk[k], n_in[k], reused[k], spt[k],
               sh_base[k], bs, caps, ptime, pw, stime, sw, wt, bf, sc, acc, glob)  # fmt: skip
@@ -321,7 +324,7 @@ def _feed(
         for j in range(0 if last[k] else n_blk[k], hi):
             ptime[cb + j] = -1
         phi[cb] = 0 if last[k] else n_blk[k]  # a chain's last call frees its slot
-    return acc, wt, bf, remap
+    return base.size
 
 
 @nb.njit(cache=True)

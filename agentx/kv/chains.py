@@ -37,7 +37,7 @@ import numpy as np
 
 from agentx.errors import UsageError
 from agentx.kv.blocks import Geometry
-from agentx.kv.chain_ops import CHUNK, _feed, _release, _slots
+from agentx.kv.chain_ops import CHUNK, NOW, ROOM, _feed, _release, _slots, fenwick
 
 WINDOW = 1 << 20
 
@@ -71,6 +71,17 @@ class ChainState:
         self.ptime, self.pw, self.phi = (more(a, pool, f) for a, f in ((self.ptime, -1), (self.pw, 0), (self.phi, 0)))  # fmt: skip
         self.stime, self.sw = more(self.stime, n_shared, -1), more(self.sw, n_shared, 0)
 
+    def _widen(self, need: int) -> None:
+        size = max(self.window, self.ptime.size // 2, 4)  # renumbering costs O(pool)
+        live = int(self.sc[NOW])
+        while size < ROOM * (live + need):
+            size *= 2
+        wt = np.zeros(size, np.int64)
+        wt[:live] = self.wt[:live]
+        self.wt, self.remap = wt, np.empty(size, np.int64)
+        self.bf = np.zeros(size // CHUNK + 2, np.int64)
+        fenwick(self.wt, self.bf, self.sc)
+
     def release(self, bases, widths) -> None:
         _release(self.ptime, self.phi, np.asarray(bases, np.int64), np.asarray(widths, np.int64))
 
@@ -82,10 +93,15 @@ class ChainState:
             raise UsageError(f"chain positions outside the pool of {self.ptime.size} (grow it)")
         if spt.size and (sh_base + np.minimum(spt, n_blk)).max() > self.stime.size:
             raise UsageError(f"shared blocks outside the pool of {self.stime.size} (grow it)")
-        acc, self.wt, self.bf, self.remap = _feed(
-            *cols, last, self.bs, self.caps, self.window, self.ptime, self.pw, self.phi,
-            self.stime, self.sw, self.wt, self.bf, self.remap, self.sc, self.glob,
-        )  # fmt: skip
+        acc = np.zeros((base.size, 7), np.int64)
+        k = 0
+        while k < base.size:
+            k = _feed(
+                *cols, last, k, acc, self.bs, self.caps, self.ptime, self.pw, self.phi,
+                self.stime, self.sw, self.wt, self.bf, self.remap, self.sc, self.glob,
+            )  # fmt: skip
+            if k < base.size:  # compacted, yet too full: a larger window (same contents)
+                self._widen(int(n_blk[k] + cols[2][k] - cols[3][k]))
         return acc
 
 
