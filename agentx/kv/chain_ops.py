@@ -48,11 +48,11 @@ def _compact(wt, bf, remap, sc, cap, ptime, stime):  # pragma: no cover (compile
         remap[h] = DEAD
         h += 1
     live = 0
-    for i in range(h, used):
-        if wt[i] != 0:
-            remap[i] = live
-            wt[live] = wt[i]
-            live += 1
+    for i in range(h, used):  # branch-free (live <= i: a slot already read is overwritten)
+        v = wt[i]
+        remap[i] = live
+        wt[live] = v
+        live += v != 0
     for q in range(ptime.size):
         if ptime[q] >= 0:
             ptime[q] = remap[ptime[q]]

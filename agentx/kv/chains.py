@@ -58,7 +58,10 @@ class ChainState:
         self.sw = np.zeros(0, np.int64)
         self.grow(pool, n_shared)
         size = max(self.window, pool // 2)  # renumbering costs O(pool): once per pool/2 refs
-        self.wt = np.zeros(size, np.int64)  # tokens at each time of the window
+        # tokens at each time of the window: a block's tokens (<= the block size) fit int32,
+        # half the cache lines of the window's cold end
+        self.wdt = np.int32 if self.bs < 2**31 else np.int64
+        self.wt = np.zeros(size, self.wdt)
         self.bf = np.zeros(size // CHUNK + 2, np.int64)  # Fenwick tree over chunk sums
         self.remap = np.empty(size, np.int64)  # compaction's renumbering buffer
         self.sc = np.zeros(3, np.int64)  # now, the window's total tokens, chunks in the tree
@@ -76,7 +79,7 @@ class ChainState:
         live = int(self.sc[NOW])
         while size < ROOM * (live + need):
             size *= 2
-        wt = np.zeros(size, np.int64)
+        wt = np.zeros(size, self.wdt)
         wt[:live] = self.wt[:live]
         self.wt, self.remap = wt, np.empty(size, np.int64)
         self.bf = np.zeros(size // CHUNK + 2, np.int64)
