@@ -97,9 +97,14 @@ def _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs) 
     from agentx.kv.blocks import geometry
     from agentx.kv.chains import chain_outcomes
 
-    bpt = cfg.kv_bytes_per_token
     g = geometry(trace, block_size_tokens, share_prefix=share_prefix, max_refs=max_refs)
-    acc, glob = chain_outcomes(g, caps.tokens(bpt))
+    acc, glob = chain_outcomes(g, caps.tokens(cfg.kv_bytes_per_token))
+    return chains_result(trace, cfg, caps, g, acc, glob)
+
+
+def chains_result(trace, cfg, caps, g, acc, glob) -> KvResult:
+    """The per-call frame and summary from the chain kernel's outputs (also kv-curve's)."""
+    bpt = cfg.kv_bytes_per_token
     cols = {f"kv_{t}_hit_tokens": acc[:, i] for i, t in enumerate(TIER_NAMES)}
     cols["kv_recompute_tokens"] = acc[:, 3]
     cols["kv_ssd_to_dram_bytes"] = acc[:, 4].astype(np.float64) * bpt

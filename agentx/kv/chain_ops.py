@@ -24,7 +24,10 @@ A_SSD_LOAD, A_LOWER_LOAD, A_CREATED = 4, 5, 6  # block tokens: SSD reads, DRAM|S
 G_BLK = 0  # 0..3: read blocks per tier
 G_DISTINCT = 4
 CHUNK = 64  # window times per Fenwick leaf: the tree stays in cache
-NOW, TOTAL, CLOSED = 0, 1, 2  # sc fields
+NOW, TOTAL, CLOSED, REC = 0, 1, 2, 3  # sc fields (REC: rows of ``rec`` filled)
+# rec columns, one row per run of a reused block (kv-curve): call, distance, blocks,
+# block tokens, read tokens, is a read
+R_CALL, R_DIST, R_N, R_TOK, R_RT, R_READ = range(6)
 ROOM = 8  # a compacted window has room for ROOM x its live blocks: few compactions
 
 
@@ -145,22 +148,31 @@ def _take(bf, wt, sc, p0, t0, n, w):  # pragma: no cover (compiled)
 
 
 @nb.njit(cache=True, _nrt=False)
-def _close(k, kind, p0, t0, n, w, is_read, rt, caps, bf, wt, sc, acc, glob):  # pragma: no cover
+def _close(
+    k, kind, p0, t0, n, w, is_read, rt, caps, bf, wt, sc, acc, glob, rec
+):  # pragma: no cover
     """A run of ``n`` references at times t0.. sharing one distance: query, move, account."""
     if n == 0:
         return
-    tier = NOWHERE
+    d = -1
     if kind == LIVE:
-        tier = _tier(_dist(bf, wt, sc, p0), caps)
+        d = _dist(bf, wt, sc, p0)
         _take(bf, wt, sc, p0, t0, n, w)
     else:
         wt[t0 : t0 + n] = w
         sc[TOTAL] += n * w
-    _account(k, tier, n, n * w, is_read, rt, acc, glob)
+    _account(k, d, n, n * w, is_read, rt, caps, acc, glob, rec, sc)
 
 
 @nb.njit(cache=True, _nrt=False)
-def _account(k, tier, n, tok, is_read, rt, acc, glob):  # pragma: no cover (compiled)
+def _account(k, d, n, tok, is_read, rt, caps, acc, glob, rec, sc):  # pragma: no cover
+    """A run of ``n`` blocks (``tok`` tokens) at reuse distance ``d`` (-1: found nowhere)."""
+    tier = _tier(d, caps) if d >= 0 else NOWHERE
+    if d >= 0 and rec.shape[0] > 0:
+        i = sc[REC]
+        rec[i, R_CALL], rec[i, R_DIST], rec[i, R_N] = k, d, n
+        rec[i, R_TOK], rec[i, R_RT], rec[i, R_READ] = tok, rt, is_read
+        sc[REC] = i + 1
     if is_read == 1:
         acc[k, A_HIT + tier] += rt
         glob[G_BLK + tier] += n
@@ -207,6 +219,7 @@ def _call(
     sc,
     acc,
     glob,
+    rec,
 ):  # pragma: no cover (compiled)
     """One call's references at window times t..: reads of positions [0, nr), then writes of
     [wp, nb). Shared positions (< spt_k) go one by one, merged into runs where their previous
@@ -240,11 +253,11 @@ def _call(
                 r_rt += rt
             else:
                 sc[NOW] = r_t0
-                _close(k, r_kind, r_p0, r_t0, r_n, r_w, is_read, r_rt, caps, bf, wt, sc, acc, glob)  # fmt: skip
+                _close(k, r_kind, r_p0, r_t0, r_n, r_w, is_read, r_rt, caps, bf, wt, sc, acc, glob, rec)  # fmt: skip
                 r_n, r_t0, r_p0, r_w, r_kind, r_rt = 1, ti, p, w, kind, rt
             last_p = p
         sc[NOW] = r_t0
-        _close(k, r_kind, r_p0, r_t0, r_n, r_w, is_read, r_rt, caps, bf, wt, sc, acc, glob)
+        _close(k, r_kind, r_p0, r_t0, r_n, r_w, is_read, r_rt, caps, bf, wt, sc, acc, glob, rec)
         r_n = 0
         if part == 1:
             break
@@ -261,7 +274,7 @@ def _call(
                 while j1 < nr and ptime[cb + j1] == p + (j1 - j):
                     ptime[cb + j1] = t + j1
                     j1 += 1
-                tier = _tier(_dist(bf, wt, sc, p), caps)
+                d = _dist(bf, wt, sc, p)
                 tok = _take(bf, wt, sc, p, t + j, j1 - j, -1)
             else:
                 if p == -1:  # reused per the trace but never written in this chain: new
@@ -275,10 +288,10 @@ def _call(
                     while j1 < nr and ptime[cb + j1] == DEAD:
                         ptime[cb + j1] = t + j1
                         j1 += 1
-                tier = NOWHERE
+                d = -1
                 tok = _place(wt, sc, t + j, pw, q, j1 - j)
             rt = (j1 - j) * bs - (nr * bs - reused_k if j1 == nr else 0)
-            _account(k, tier, j1 - j, tok, 1, rt, acc, glob)
+            _account(k, d, j1 - j, tok, 1, rt, caps, acc, glob, rec, sc)
             j = j1
     # writes: private positions [max(wp, spt), nb) are new blocks (full, then maybe one short)
     j0 = max(wp, spt_k)
@@ -289,7 +302,7 @@ def _call(
             pw[cb + x] = bs if x < full_end else n_in_k - (nb - 1) * bs
         glob[G_DISTINCT] += nb - j0
         tok = _place(wt, sc, t + nr + j0 - wp, pw, cb + j0, nb - j0)
-        _account(k, NOWHERE, nb - j0, tok, 0, 0, acc, glob)
+        _account(k, -1, nb - j0, tok, 0, 0, caps, acc, glob, rec, sc)
 
 
 @nb.njit(cache=True)
@@ -302,22 +315,24 @@ def _release(ptime, phi, bases, widths):  # pragma: no cover (compiled)
 @nb.njit(cache=True, _nrt=False)
 def _feed(
     base, n_blk, n_read, write_pos, n_in, reused, spt, sh_base, last, k0, acc,
-    bs, caps, ptime, pw, phi, stime, sw, wt, bf, remap, sc, glob,
+    bs, caps, horizon, ptime, pw, phi, stime, sw, wt, bf, remap, sc, glob, rec,
 ):  # fmt: skip  # pragma: no cover (compiled)
     """Calls k0.. of the batch; returns where it stopped: the end, or a call that needs a
-    larger window (the caller grows it and resumes; arrays are never rebound in here, which
-    keeps numba from reference-counting them at every step)."""
-    cap = caps[2]
+    larger window or more ``rec`` rows (the caller grows it and resumes; arrays are never
+    rebound in here, which keeps numba from reference-counting them at every step). Blocks
+    deeper than ``horizon`` tokens (>= the largest tier) are dropped from the window."""
     for k in range(k0, base.size):
         cb = base[k]
         nref = n_read[k] + n_blk[k] - write_pos[k]
+        if rec.shape[0] > 0 and sc[REC] + nref > rec.shape[0]:
+            return k
         if sc[NOW] + nref > wt.size:
-            _compact(wt, bf, remap, sc, cap, ptime, stime)
+            _compact(wt, bf, remap, sc, horizon, ptime, stime)
             if ROOM * (sc[NOW] + nref) > wt.size:
                 return k
         t = sc[NOW]
         _call(k, t, cb, n_read[k], write_pos[k], n_blk[k], n_in[k], reused[k], spt[k],
-              sh_base[k], bs, caps, ptime, pw, stime, sw, wt, bf, sc, acc, glob)  # fmt: skip
+              sh_base[k], bs, caps, ptime, pw, stime, sw, wt, bf, sc, acc, glob, rec)  # fmt: skip
         sc[NOW] = t + nref
         # positions past this prompt are gone from the chain (their blocks age out)
         hi = max(phi[cb], n_blk[k]) if last[k] else phi[cb]

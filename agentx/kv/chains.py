@@ -37,7 +37,7 @@ import numpy as np
 
 from agentx.errors import UsageError
 from agentx.kv.blocks import Geometry
-from agentx.kv.chain_ops import CHUNK, NOW, ROOM, _feed, _release, _slots, fenwick
+from agentx.kv.chain_ops import CHUNK, NOW, REC, ROOM, _feed, _release, _slots, fenwick
 
 WINDOW = 1 << 20
 
@@ -47,8 +47,13 @@ class ChainState:
     Fenwick window over reference times, ``now`` and the global counters."""
 
     def __init__(self, caps_tokens, block_size_tokens: int, pool: int = 0, n_shared: int = 0,
-                 window: int = WINDOW) -> None:  # fmt: skip
+                 window: int = WINDOW, horizon_tokens: float | None = None,
+                 record: bool = False) -> None:  # fmt: skip
         self.caps = np.maximum.accumulate(np.asarray(caps_tokens, np.float64))
+        # blocks deeper than this are dropped (found nowhere ever after): at least the largest
+        # tier; larger (up to inf) keeps distances exact for larger capacities (kv-curve)
+        self.horizon = max(self.caps[2], self.caps[2] if horizon_tokens is None else horizon_tokens)
+        self.rec = np.zeros((1 << 16 if record else 0, 6), np.int64)  # runs (chain_ops R_*)
         self.bs = int(block_size_tokens)
         self.window = max(int(window), 4)
         self.ptime = np.full(0, -1, np.int64)  # window time of each position's last reference
@@ -64,7 +69,7 @@ class ChainState:
         self.wt = np.zeros(size, self.wdt)
         self.bf = np.zeros(size // CHUNK + 2, np.int64)  # Fenwick tree over chunk sums
         self.remap = np.empty(size, np.int64)  # compaction's renumbering buffer
-        self.sc = np.zeros(3, np.int64)  # now, the window's total tokens, chunks in the tree
+        self.sc = np.zeros(4, np.int64)  # now, window's total tokens, chunks in tree, rec rows
         self.glob = np.zeros(5, np.int64)
 
     def grow(self, pool: int | None = None, n_shared: int | None = None) -> None:
@@ -100,24 +105,43 @@ class ChainState:
         k = 0
         while k < base.size:
             k = _feed(
-                *cols, last, k, acc, self.bs, self.caps, self.ptime, self.pw, self.phi,
-                self.stime, self.sw, self.wt, self.bf, self.remap, self.sc, self.glob,
+                *cols, last, k, acc, self.bs, self.caps, self.horizon, self.ptime, self.pw,
+                self.phi, self.stime, self.sw, self.wt, self.bf, self.remap, self.sc,
+                self.glob, self.rec,
             )  # fmt: skip
-            if k < base.size:  # compacted, yet too full: a larger window (same contents)
-                self._widen(int(n_blk[k] + cols[2][k] - cols[3][k]))
+            if k == base.size:
+                break
+            need = int(n_blk[k] + cols[2][k] - cols[3][k])
+            if self.rec.shape[0] and self.sc[REC] + need > self.rec.shape[0]:
+                more = np.zeros((2 * self.rec.shape[0] + need, 6), np.int64)
+                more[: self.sc[REC]] = self.rec[: self.sc[REC]]
+                self.rec = more
+            else:  # compacted, yet too full: a larger window (same contents)
+                self._widen(need)
         return acc
+
+    def records(self) -> np.ndarray:
+        """The runs of reused blocks so far (``record=True``): rows of chain_ops R_* columns."""
+        return self.rec[: self.sc[REC]]
 
 
 def chain_outcomes(g: Geometry, caps_tokens, window: int = WINDOW):
     """Per call (time order) ``acc`` columns and the global counters, at capacities
     ``caps_tokens`` (HBM, DRAM, SSD; inclusive, made cumulative). ``window``: first size of
     the Fenwick window in references (grown as needed; any value gives the same result)."""
+    st, acc = chain_pass(g, caps_tokens, window=window)
+    return acc, st.glob
+
+
+def chain_pass(g: Geometry, caps_tokens, **state) -> tuple[ChainState, np.ndarray]:
+    """The whole trace through one ChainState (``state``: its keyword options); returns the
+    state (counters, records) and the per-call ``acc``."""
     # each chain's positions live at base .. + its longest prompt in blocks, in a slot that a
     # chain seen later reuses once this one has ended: the pool spans the live chains only
     n_chain = int(g.chain.max()) + 1 if g.chain.size else 0
     width = np.zeros(n_chain, np.int64)
     np.maximum.at(width, g.chain, g.n_blk)
     base, last, pool = _slots(g.chain, width)
-    st = ChainState(caps_tokens, g.bs, pool, g.n_shared, window)
+    st = ChainState(caps_tokens, g.bs, pool, g.n_shared, **state)
     acc = st.feed(base, g.n_blk, g.n_read, g.write_pos, g.n_in, g.reused, g.spt, g.sh_base, last)  # fmt: skip
-    return acc, st.glob
+    return st, acc
