@@ -31,7 +31,7 @@ R_CALL, R_DIST, R_N, R_TOK, R_RT, R_READ = range(6)
 ROOM = 8  # a compacted window has room for ROOM x its live blocks: few compactions
 
 
-@nb.njit(cache=True, _nrt=False)
+@nb.njit(cache=True, _nrt=False, inline="always")
 def _tier(d, caps):  # pragma: no cover (compiled)
     for i in range(3):
         if d <= caps[i]:
@@ -83,7 +83,7 @@ def fenwick(wt, bf, sc):  # pragma: no cover (compiled)
     sc[CLOSED] = closed
 
 
-@nb.njit(cache=True, _nrt=False)
+@nb.njit(cache=True, _nrt=False, inline="always")
 def _fen_add(bf, c, v):  # pragma: no cover (compiled)
     i = c + 1
     while i < bf.size:
@@ -91,7 +91,7 @@ def _fen_add(bf, c, v):  # pragma: no cover (compiled)
         i += i & -i
 
 
-@nb.njit(cache=True, _nrt=False)
+@nb.njit(cache=True, _nrt=False, inline="always")
 def _dist(bf, wt, sc, p):  # pragma: no cover (compiled)
     """Tokens at window times p..now-1 (the reuse distance of a block last used at p)."""
     t0 = sc[NOW]
@@ -124,7 +124,7 @@ def _dist(bf, wt, sc, p):  # pragma: no cover (compiled)
     return sc[TOTAL] - s
 
 
-@nb.njit(cache=True, _nrt=False)
+@nb.njit(cache=True, _nrt=False, inline="always")
 def _take(bf, wt, sc, p0, t0, n, w):  # pragma: no cover (compiled)
     """The blocks at times p0..p0+n-1 move to t0.. (p0 + n <= t0), or when ``w`` >= 0 blocks
     of ``w`` tokens each; returns their tokens. Only closed chunks update the tree."""
@@ -147,7 +147,7 @@ def _take(bf, wt, sc, p0, t0, n, w):  # pragma: no cover (compiled)
     return tok
 
 
-@nb.njit(cache=True, _nrt=False)
+@nb.njit(cache=True, _nrt=False, inline="always")
 def _close(
     k, kind, p0, t0, n, w, is_read, rt, caps, bf, wt, sc, acc, glob, rec
 ):  # pragma: no cover
@@ -164,7 +164,7 @@ def _close(
     _account(k, d, n, n * w, is_read, rt, caps, acc, glob, rec, sc)
 
 
-@nb.njit(cache=True, _nrt=False)
+@nb.njit(cache=True, _nrt=False, inline="always")
 def _account(k, d, n, tok, is_read, rt, caps, acc, glob, rec, sc):  # pragma: no cover
     """A run of ``n`` blocks (``tok`` tokens) at reuse distance ``d`` (-1: found nowhere)."""
     tier = _tier(d, caps) if d >= 0 else NOWHERE
@@ -184,7 +184,7 @@ def _account(k, d, n, tok, is_read, rt, caps, acc, glob, rec, sc):  # pragma: no
         acc[k, A_CREATED] += tok
 
 
-@nb.njit(cache=True, _nrt=False)
+@nb.njit(cache=True, _nrt=False, inline="always")
 def _place(wt, sc, t0, pw, q0, n):  # pragma: no cover (compiled)
     """Put blocks of tokens pw[q0..q0+n) at times t0.. (open chunks); returns their tokens."""
     tok = 0
@@ -196,7 +196,7 @@ def _place(wt, sc, t0, pw, q0, n):  # pragma: no cover (compiled)
     return tok
 
 
-@nb.njit(cache=True, _nrt=False)
+@nb.njit(cache=True, _nrt=False, inline="always")
 def _call(
     k,
     t,

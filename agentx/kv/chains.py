@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agentx.errors import UsageError
+from agentx.errors import CapacityError, UsageError
 from agentx.kv.blocks import Geometry
 from agentx.kv.chain_ops import CHUNK, NOW, REC, ROOM, _feed, _release, _slots, fenwick
 
@@ -55,26 +55,29 @@ class ChainState:
         self.horizon = max(self.caps[2], self.caps[2] if horizon_tokens is None else horizon_tokens)
         self.rec = np.zeros((1 << 16 if record else 0, 6), np.int64)  # runs (chain_ops R_*)
         self.bs = int(block_size_tokens)
+        if self.bs >= 2**31:
+            raise UsageError(f"block size {self.bs} tokens is past the chain kernel's 2^31")
         self.window = max(int(window), 4)
-        self.ptime = np.full(0, -1, np.int64)  # window time of each position's last reference
-        self.pw = np.zeros(0, np.int64)  # tokens of the block at each position
-        self.phi = np.zeros(0, np.int64)  # at a chain's base: positions it has set
-        self.stime = np.full(0, -1, np.int64)
-        self.sw = np.zeros(0, np.int64)
+        # int32 state: window times < 2^31 (_widen), block tokens <= the block size
+        self.ptime = np.full(0, -1, np.int32)  # window time of each position's last reference
+        self.pw = np.zeros(0, np.int32)  # tokens of the block at each position
+        self.phi = np.zeros(0, np.int32)  # at a chain's base: positions it has set
+        self.stime = np.full(0, -1, np.int32)
+        self.sw = np.zeros(0, np.int32)
         self.grow(pool, n_shared)
         size = max(self.window, pool // 2)  # renumbering costs O(pool): once per pool/2 refs
         # tokens at each time of the window: a block's tokens (<= the block size) fit int32,
         # half the cache lines of the window's cold end
-        self.wdt = np.int32 if self.bs < 2**31 else np.int64
+        self.wdt = np.int32
         self.wt = np.zeros(size, self.wdt)
         self.bf = np.zeros(size // CHUNK + 2, np.int64)  # Fenwick tree over chunk sums
-        self.remap = np.empty(size, np.int64)  # compaction's renumbering buffer
+        self.remap = np.empty(size, np.int32)  # compaction's renumbering buffer
         self.sc = np.zeros(4, np.int64)  # now, window's total tokens, chunks in tree, rec rows
         self.glob = np.zeros(5, np.int64)
 
     def grow(self, pool: int | None = None, n_shared: int | None = None) -> None:
         def more(a, n, fill):
-            return a if n is None or n <= a.size else np.concatenate((a, np.full(n - a.size, fill, np.int64)))  # fmt: skip
+            return a if n is None or n <= a.size else np.concatenate((a, np.full(n - a.size, fill, a.dtype)))  # fmt: skip
 
         self.ptime, self.pw, self.phi = (more(a, pool, f) for a, f in ((self.ptime, -1), (self.pw, 0), (self.phi, 0)))  # fmt: skip
         self.stime, self.sw = more(self.stime, n_shared, -1), more(self.sw, n_shared, 0)
@@ -84,9 +87,11 @@ class ChainState:
         live = int(self.sc[NOW])
         while size < ROOM * (live + need):
             size *= 2
+        if size >= 2**31:
+            raise CapacityError(f"the KV window needs {size:,} references, past 2^31")
         wt = np.zeros(size, self.wdt)
         wt[:live] = self.wt[:live]
-        self.wt, self.remap = wt, np.empty(size, np.int64)
+        self.wt, self.remap = wt, np.empty(size, np.int32)
         self.bf = np.zeros(size // CHUNK + 2, np.int64)
         fenwick(self.wt, self.bf, self.sc)
 
@@ -113,7 +118,8 @@ class ChainState:
                 break
             need = int(n_blk[k] + cols[2][k] - cols[3][k])
             if self.rec.shape[0] and self.sc[REC] + need > self.rec.shape[0]:
-                more = np.zeros((2 * self.rec.shape[0] + need, 6), np.int64)
+                rate = self.sc[REC] / max(k, 1)  # rows per call so far: grow once, to the end
+                more = np.zeros((int(rate * base.size * 1.1) + 2 * need, 6), np.int64)
                 more[: self.sc[REC]] = self.rec[: self.sc[REC]]
                 self.rec = more
             else:  # compacted, yet too full: a larger window (same contents)

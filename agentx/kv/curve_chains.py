@@ -15,10 +15,9 @@ import numpy as np
 import polars as pl
 
 from agentx.catalog.types import ServingConfig
-from agentx.kv import chains_result
+from agentx.kv import chains, chains_result
 from agentx.kv.blocks import geometry
 from agentx.kv.chain_ops import A_CREATED, R_CALL, R_DIST, R_N, R_READ, R_RT, R_TOK
-from agentx.kv.chains import chain_pass
 from agentx.kv.curve import TIERS, check_grid, default_grid, link_sums
 from agentx.kv.tiers import TierCapacities
 from agentx.traces.io import Trace
@@ -33,50 +32,75 @@ def chain_curve(trace: Trace, cfg: ServingConfig, grid, caps: TierCapacities, bl
     grid = None if grid is None else check_grid(grid)
     base = np.array([caps.hbm_bytes, caps.dram_bytes, caps.ssd_bytes])
     # no horizon: the summary reports the largest reuse distance, however deep
-    st, acc = chain_pass(g, caps.tokens(bpt), horizon_tokens=np.inf, record=True)
+    st, acc = chains.chain_pass(g, caps.tokens(bpt), horizon_tokens=np.inf, record=True)
     summary = chains_result(trace, cfg, caps, g, acc, st.glob).summary
     rec = st.records()
     max_dist_bytes = float(rec[:, R_DIST].max(initial=0)) * bpt
     if grid is None:
         grid = default_grid(max_dist_bytes)
     summary["curve"] = {"points": len(grid), "max_reuse_distance_bytes": max_dist_bytes}
-    rec = rec[np.argsort(rec[:, R_DIST], kind="stable")]
-    d_all = rec[:, R_DIST]
-    p_tok = np.concatenate(([0], np.cumsum(rec[:, R_TOK])))  # every run: found or created
-    reads = rec[rec[:, R_READ] == 1]
-    d = reads[:, R_DIST]
-    p_rt = np.concatenate(([0], np.cumsum(reads[:, R_RT])))
-    p_n = np.concatenate(([0], np.cumsum(reads[:, R_N])))
-    call, tok = reads[:, R_CALL], reads[:, R_TOK].astype(np.float64)
-    # tokens created at every point: first uses and blocks past the horizon (the configured
-    # point's creations, less its live runs deeper than its largest tier)
+    # order among equal distances never matters: searches stop between distinct distances
+    order = np.argsort(rec[:, R_DIST])
+    d_all = rec[order, R_DIST]
+    p_tok = np.concatenate(([0], np.cumsum(rec[order, R_TOK])))  # every run: found or created
+    order = order[rec[order, R_READ] == 1]
+    d = rec[order, R_DIST]
+    p_rt = np.concatenate(([0], np.cumsum(rec[order, R_RT])))
+    p_n = np.concatenate(([0], np.cumsum(rec[order, R_N])))
+    call, tok = rec[order, R_CALL], rec[order, R_TOK]
+    # tokens created at every point: first uses (the configured point's creations, less its
+    # live runs deeper than its largest tier)
     c2 = np.maximum.accumulate(caps.tokens(bpt))[2]
-    never = int(acc[:, A_CREATED].sum()) - int(p_tok[-1] - p_tok[np.searchsorted(d_all, c2, "right")])  # fmt: skip
+    never = int(acc[:, A_CREATED].sum()) - int(p_tok[-1] - p_tok[_upto(d_all, [c2])[0]])
     reused = float(g.reused.sum())
     n_calls = trace.calls.height
-    rows = []
-    for ti, tier in enumerate(TIERS):
-        for c in grid:
+    rows = [None] * (3 * len(grid))
+    for ti in range(3):
+        # a tier's capacity only grows along the sorted grid, so each call's SSD and DRAM|SSD
+        # load tokens (slices [i1, i2) and [i0, i2) of the sorted reads) grow and shrink at
+        # the ends: integer sums, exact in any order
+        ssd, lower = _Sliding(call, tok, n_calls), _Sliding(call, tok, n_calls)
+        for gi in np.argsort(grid, kind="stable"):
             point = base.copy()
-            point[ti] = c
+            point[ti] = grid[gi]
             cap = np.maximum.accumulate(point / bpt)
-            i0, i1, i2 = np.searchsorted(d, cap, "right")  # reads found in HBM, <= DRAM, <= SSD
-            lo = (0, i0, i1)[ti]
-            hi = (i0, i1, i2)[ti]
-            ssd = np.bincount(call[i1:i2], weights=tok[i1:i2], minlength=n_calls) * bpt
-            lower = np.bincount(call[i0:i2], weights=tok[i0:i2], minlength=n_calls) * bpt
-            created = never + int(p_tok[-1] - p_tok[np.searchsorted(d_all, cap[2], "right")])
-            found = int(p_rt[(i0, i1, i2)[ti]])
-            rows.append(
-                {
-                    "tier": tier,
-                    "capacity_bytes": float(c),
-                    "hit_ratio": float(found) / reused if reused else 0.0,
-                    "tier_hit_ratio": float(p_rt[hi] - p_rt[lo]) / reused if reused else 0.0,
-                    "hit_blocks": int(p_n[hi] - p_n[lo]),
-                    "hit_tokens": int(p_rt[hi] - p_rt[lo]),
-                    "recompute_tokens": int(reused) - int(p_rt[i2]),
-                    **link_sums(ssd, lower, float(created) * bpt, cfg),
-                }
-            )
+            i0, i1, i2 = _upto(d, cap)  # reads found in HBM, <= DRAM, <= SSD
+            lo, hi = (0, i0, i1)[ti], (i0, i1, i2)[ti]
+            created = never + int(p_tok[-1] - p_tok[_upto(d_all, cap[2:])[0]])
+            rows[ti * len(grid) + gi] = {
+                "tier": TIERS[ti],
+                "capacity_bytes": float(grid[gi]),
+                "hit_ratio": float(int(p_rt[hi])) / reused if reused else 0.0,
+                "tier_hit_ratio": float(p_rt[hi] - p_rt[lo]) / reused if reused else 0.0,
+                "hit_blocks": int(p_n[hi] - p_n[lo]),
+                "hit_tokens": int(p_rt[hi] - p_rt[lo]),
+                "recompute_tokens": int(reused) - int(p_rt[i2]),
+                **link_sums(ssd.move(i1, i2) * bpt, lower.move(i0, i2) * bpt, float(created) * bpt, cfg),
+            }  # fmt: skip
     return pl.DataFrame(rows), summary
+
+
+def _upto(d_sorted: np.ndarray, caps) -> np.ndarray:
+    """How many sorted integer distances are <= each capacity (searched as integers: a float
+    key would convert the whole array at every search)."""
+    keys = np.floor(np.minimum(np.asarray(caps, np.float64), 2.0**62)).astype(np.int64)
+    return np.searchsorted(d_sorted, keys, "right")
+
+
+class _Sliding:
+    """Per-call sums of ``tok`` over a slice [a, b) of runs whose ends only move forward."""
+
+    def __init__(self, call: np.ndarray, tok: np.ndarray, n_calls: int) -> None:
+        self.call, self.tok, self.n = call, tok, n_calls
+        self.sums = np.zeros(n_calls, np.int64)
+        self.a = self.b = 0
+
+    def _add(self, lo: int, hi: int, sign: int) -> None:
+        if hi > lo:
+            self.sums += sign * np.bincount(self.call[lo:hi], self.tok[lo:hi], self.n).astype(np.int64)  # fmt: skip
+
+    def move(self, a: int, b: int) -> np.ndarray:
+        self._add(self.b, max(b, self.b), 1)
+        self._add(self.a, max(a, self.a), -1)
+        self.a, self.b = max(a, self.a), max(b, self.b)
+        return self.sums.astype(np.float64)
