@@ -23,7 +23,7 @@ A_SSD_LOAD, A_LOWER_LOAD, A_CREATED = 4, 5, 6  # block tokens: SSD reads, DRAM|S
 # global counters
 G_BLK = 0  # 0..3: read blocks per tier
 G_DISTINCT = 4
-CHUNK = 64  # window times per Fenwick leaf: the tree stays in cache
+CHUNK = 128  # window times per Fenwick leaf: the tree stays in cache
 NOW, TOTAL, CLOSED, REC = 0, 1, 2, 3  # sc fields (REC: rows of ``rec`` filled)
 # rec columns, one row per run of a reused block (kv-curve): call, distance, blocks,
 # block tokens, read tokens, is a read
