@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
 
 NOWHERE = 3
 LIVE, NEW, DEAD = 0, 1, -2  # DEAD: a block behind the horizon (its time slot is gone)
@@ -28,7 +31,23 @@ NOW, TOTAL, CLOSED, REC = 0, 1, 2, 3  # sc fields (REC: rows of ``rec`` filled)
 # rec columns, one row per run of a reused block (kv-curve): call, distance, blocks,
 # block tokens, read tokens, is a read
 R_CALL, R_DIST, R_N, R_TOK, R_RT, R_READ = range(6)
+AHEAD = 32  # calls
 ROOM = 8  # a compacted window has room for ROOM x its live blocks: few compactions
+
+
+@intrinsic
+def _prefetch(typingctx, arr, idx):  # pragma: no cover (compiled)
+    """Ask for the cache line of arr[idx] without waiting for it (llvm.prefetch)."""
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, [args[1]], wraparound=False)  # fmt: skip
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0")  # fmt: skip
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return types.void(arr, idx), codegen
 
 
 @nb.njit(cache=True, _nrt=False, inline="always")
@@ -324,6 +343,19 @@ def _feed(
     for k in range(k0, base.size):
         cb = base[k]
         nref = n_read[k] + n_blk[k] - write_pos[k]
+        # a later call's chain state and the window where its blocks were last used are cold:
+        # ask for them a few calls ahead (its positions now, its window lines next)
+        # (a prefetch never faults; the one real load below stays inside the chain's slot)
+        if k + 2 * AHEAD < base.size:
+            q = base[k + 2 * AHEAD] + spt[k + 2 * AHEAD]
+            _prefetch(ptime, q)
+            _prefetch(ptime, q + 16)
+        if k + AHEAD < base.size and spt[k + AHEAD] < n_blk[k + AHEAD]:
+            p = ptime[base[k + AHEAD] + spt[k + AHEAD]]
+            if p >= 0:
+                _prefetch(wt, p)
+                _prefetch(wt, p + 16)
+                _prefetch(wt, p - p % CHUNK)
         if rec.shape[0] > 0 and sc[REC] + nref > rec.shape[0]:
             return k
         if sc[NOW] + nref > wt.size:
