@@ -8,12 +8,14 @@ previous reference to now. ``sc`` = (now, total, closed): the next free time, th
 being filled: placing blocks there touches only ``wt``; a chunk joins the tree once ``now``
 has passed it. A query sums at most ``CHUNK / 2`` plain times, on the side of its chunk
 that is shorter.
+
+Every step the kernel inlines lives in this one file: numba caches per file, so a step kept
+elsewhere could be compiled into a cached kernel and go stale when only its own file changes.
 """
 
 from __future__ import annotations
 
 import numba as nb
-import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
@@ -324,13 +326,6 @@ def _call(
         _account(k, -1, nb - j0, tok, 0, 0, caps, acc, glob, rec, sc)
 
 
-@nb.njit(cache=True)
-def _release(ptime, phi, bases, widths):  # pragma: no cover (compiled)
-    for i in range(bases.size):
-        ptime[bases[i] : bases[i] + widths[i]] = -1
-        phi[bases[i]] = 0
-
-
 @nb.njit(cache=True, _nrt=False)
 def _feed(
     base, n_blk, n_read, write_pos, n_in, reused, spt, sh_base, last, k0, acc,
@@ -372,35 +367,3 @@ def _feed(
             ptime[cb + j] = -1
         phi[cb] = 0 if last[k] else n_blk[k]  # a chain's last call frees its slot
     return base.size
-
-
-@nb.njit(cache=True)
-def _slots(chain, width):  # pragma: no cover (compiled)
-    """Per call its chain's slot and whether it is the chain's last call; slots come in
-    power-of-two sizes, a free list per size (linked through the chains that held them)."""
-    n = chain.size
-    end = np.full(width.size, -1, np.int64)
-    for k in range(n):
-        end[chain[k]] = k
-    slot = np.full(width.size, -1, np.int64)
-    nxt = np.full(width.size, -1, np.int64)
-    head = np.full(64, -1, np.int64)
-    base = np.empty(n, np.int64)
-    last = np.zeros(n, np.bool_)
-    top = 0
-    for k in range(n):
-        c = chain[k]
-        cls = 0
-        while (1 << cls) < width[c]:
-            cls += 1
-        if slot[c] < 0:
-            f = head[cls]
-            if f >= 0:
-                slot[c], head[cls] = slot[f], nxt[f]
-            else:
-                slot[c], top = top, top + (1 << cls)
-        base[k] = slot[c]
-        if end[c] == k:
-            last[k] = True
-            nxt[c], head[cls] = head[cls], c
-    return base, last, top

@@ -33,11 +33,12 @@ API (resumable: the state persists between calls, so a streaming caller feeds ba
 
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 
 from agentx.errors import CapacityError, UsageError
 from agentx.kv.blocks import Geometry
-from agentx.kv.chain_ops import CHUNK, NOW, REC, ROOM, _feed, _release, _slots, fenwick
+from agentx.kv.chain_ops import CHUNK, NOW, REC, ROOM, _feed, fenwick
 
 WINDOW = 1 << 20
 
@@ -151,3 +152,42 @@ def chain_pass(g: Geometry, caps_tokens, **state) -> tuple[ChainState, np.ndarra
     st = ChainState(caps_tokens, g.bs, pool, g.n_shared, **state)
     acc = st.feed(base, g.n_blk, g.n_read, g.write_pos, g.n_in, g.reused, g.spt, g.sh_base, last)  # fmt: skip
     return st, acc
+
+
+@nb.njit(cache=True)
+def _release(ptime, phi, bases, widths):  # pragma: no cover (compiled)
+    for i in range(bases.size):
+        ptime[bases[i] : bases[i] + widths[i]] = -1
+        phi[bases[i]] = 0
+
+
+@nb.njit(cache=True)
+def _slots(chain, width):  # pragma: no cover (compiled)
+    """Per call its chain's slot and whether it is the chain's last call; slots come in
+    power-of-two sizes, a free list per size (linked through the chains that held them)."""
+    n = chain.size
+    end = np.full(width.size, -1, np.int64)
+    for k in range(n):
+        end[chain[k]] = k
+    slot = np.full(width.size, -1, np.int64)
+    nxt = np.full(width.size, -1, np.int64)
+    head = np.full(64, -1, np.int64)
+    base = np.empty(n, np.int64)
+    last = np.zeros(n, np.bool_)
+    top = 0
+    for k in range(n):
+        c = chain[k]
+        cls = 0
+        while (1 << cls) < width[c]:
+            cls += 1
+        if slot[c] < 0:
+            f = head[cls]
+            if f >= 0:
+                slot[c], head[cls] = slot[f], nxt[f]
+            else:
+                slot[c], top = top, top + (1 << cls)
+        base[k] = slot[c]
+        if end[c] == k:
+            last[k] = True
+            nxt[c], head[cls] = head[cls], c
+    return base, last, top
