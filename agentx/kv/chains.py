@@ -146,9 +146,7 @@ def chain_pass(g: Geometry, caps_tokens, **state) -> tuple[ChainState, np.ndarra
     # each chain's positions live at base .. + its longest prompt in blocks, in a slot that a
     # chain seen later reuses once this one has ended: the pool spans the live chains only
     n_chain = int(g.chain.max()) + 1 if g.chain.size else 0
-    width = np.zeros(n_chain, np.int64)
-    np.maximum.at(width, g.chain, g.n_blk)
-    base, last, pool = _slots(g.chain, width)
+    base, last, pool = _slots(g.chain, g.n_blk, n_chain)
     st = ChainState(caps_tokens, g.bs, pool, g.n_shared, **state)
     acc = st.feed(base, g.n_blk, g.n_read, g.write_pos, g.n_in, g.reused, g.spt, g.sh_base, last)  # fmt: skip
     return st, acc
@@ -162,13 +160,16 @@ def _release(ptime, phi, bases, widths):  # pragma: no cover (compiled)
 
 
 @nb.njit(cache=True)
-def _slots(chain, width):  # pragma: no cover (compiled)
-    """Per call its chain's slot and whether it is the chain's last call; slots come in
-    power-of-two sizes, a free list per size (linked through the chains that held them)."""
+def _slots(chain, n_blk, n_chain):  # pragma: no cover (compiled)
+    """Per call its chain's slot and whether it is the chain's last call; a slot holds the
+    chain's longest prompt, in power-of-two sizes, a free list per size (linked through the
+    chains that held them)."""
     n = chain.size
-    end = np.full(width.size, -1, np.int64)
+    end = np.full(n_chain, -1, np.int64)
+    width = np.zeros(n_chain, np.int64)
     for k in range(n):
         end[chain[k]] = k
+        width[chain[k]] = max(width[chain[k]], n_blk[k])
     slot = np.full(width.size, -1, np.int64)
     nxt = np.full(width.size, -1, np.int64)
     head = np.full(64, -1, np.int64)
