@@ -34,7 +34,7 @@ NOW, TOTAL, CLOSED, REC = 0, 1, 2, 3  # sc fields (REC: rows of ``rec`` filled)
 # block tokens, read tokens, is a read
 R_CALL, R_DIST, R_N, R_TOK, R_RT, R_READ = range(6)
 AHEAD = 32  # calls
-ROOM = 8  # a compacted window has room for ROOM x its live blocks: few compactions
+ROOM = 4  # a compacted window has room for ROOM x its live blocks: few compactions
 
 
 @intrinsic
