@@ -103,9 +103,10 @@ class ChainState:
         cols = [np.ascontiguousarray(a, np.int64) for a in (base, n_blk, n_read, write_pos, n_in, reused, spt, sh_base)]  # fmt: skip
         last = np.zeros(cols[0].size, np.bool_) if last is None else np.asarray(last, np.bool_)
         base, n_blk, _, _, _, _, spt, sh_base = cols
-        if base.size and (base.min() < 0 or (base + n_blk).max() > self.ptime.size):
+        lo, hi, sh_hi = _bounds(base, n_blk, spt, sh_base)  # one pass, no temporaries
+        if lo < 0 or hi > self.ptime.size:
             raise UsageError(f"chain positions outside the pool of {self.ptime.size} (grow it)")
-        if spt.size and (sh_base + np.minimum(spt, n_blk)).max() > self.stime.size:
+        if sh_hi > self.stime.size:
             raise UsageError(f"shared blocks outside the pool of {self.stime.size} (grow it)")
         acc = np.zeros((base.size, 7), np.int64)
         k = 0
@@ -192,3 +193,14 @@ def _slots(chain, n_blk, n_chain):  # pragma: no cover (compiled)
             last[k] = True
             nxt[c], head[cls] = head[cls], c
     return base, last, top
+
+
+@nb.njit(cache=True)
+def _bounds(base, n_blk, spt, sh_base):  # pragma: no cover (compiled)
+    """Smallest base, largest chain position end and largest shared block end of a batch."""
+    lo, hi, sh_hi = 0, 0, 0
+    for k in range(base.size):
+        lo = min(lo, base[k])
+        hi = max(hi, base[k] + n_blk[k])
+        sh_hi = max(sh_hi, sh_base[k] + min(spt[k], n_blk[k]))
+    return lo, hi, sh_hi
