@@ -1,7 +1,9 @@
 """KV tier speed: the stack kernel's block references per second, and the whole Weka set.
 
 Run: ``python benchmarks/bench_kv.py [WEKA_DIR_OR_TRACE.parquet]`` (default: the shared Weka
-set, imported first), then 1 M synthetic calls re-blocked to the reference budget. Figures
+set, imported first), then 1 M synthetic calls re-blocked to the reference budget.
+``python benchmarks/bench_kv.py --chains TRACE.parquet``: the chain kernel alone and kv-curve
+on a trace without hashes (min/median of 3, CPU and wall). Figures
 only, no assertions. Each timed step runs once after a warm-up of the compiled kernels. For comparison, issue 4 cites kvcache-simulator 0.1.3 (C++ core) at
 ~11 s for a 10,000-request agentic trace at five cache budgets.
 """
@@ -122,5 +124,40 @@ def big_synthetic(cfg) -> None:
     print(f"{'peak resident memory (all steps)':<58} {peak_gb:8.2f} GB")
 
 
+def chains_at_scale(path: Path, repeats: int = 3) -> None:
+    """The chain kernel alone (geometry built once) and kv-curve on a synthetic trace without
+    hashes (``--chains TRACE``, e.g. /work/big/s1m.parquet): CPU and wall min/median."""
+    from agentx.kv.blocks import geometry
+    from agentx.kv.chains import chain_outcomes
+    from agentx.kv.curve import curve
+    from agentx.kv.tiers import capacities_for
+
+    os.environ.setdefault("AGENTX_MAX_CALLS", str(10**9))
+    cfg = make_config(load_catalog(), "gb200", "kimi-k2", gpus=32)
+    tr = read_trace(path)
+    g = geometry(tr)
+    caps = capacities_for(cfg).tokens(cfg.kv_bytes_per_token)
+    chain_outcomes(geometry(type(tr)(tr.calls.head(2000), tr.meta)), caps)  # compile / load
+    for label, fn in (
+        (
+            f"chain kernel, {tr.calls.height:,} calls, {int(g.ref_off[-1]):,} refs",
+            lambda: chain_outcomes(g, caps),
+        ),  # fmt: skip
+        (f"kv-curve (48 points), {tr.calls.height:,} calls", lambda: curve(tr, cfg)),
+    ):
+        cpu, wall = [], []
+        for _ in range(repeats):
+            c0, w0 = time.process_time(), time.perf_counter()
+            fn()
+            cpu.append(time.process_time() - c0)
+            wall.append(time.perf_counter() - w0)
+        cpu.sort(), wall.sort()
+        print(f"{label}: CPU s min {cpu[0]:.2f} median {cpu[len(cpu) // 2]:.2f}, wall s min {wall[0]:.2f} median {wall[len(wall) // 2]:.2f}")  # fmt: skip
+    print(f"  (load average {' '.join(f'{x:.2f}' for x in os.getloadavg())})")
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 2 and sys.argv[1] == "--chains":
+        chains_at_scale(Path(sys.argv[2]))
+    else:
+        main()

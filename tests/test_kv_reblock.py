@@ -118,6 +118,7 @@ def test_running_out_of_memory_is_one_line_not_a_traceback(monkeypatch):
     monkeypatch.setattr(agentx.kv, "outcome", oom)
     monkeypatch.setattr(agentx.kv.chains, "chain_outcomes", oom)  # the no-hash lru path
     monkeypatch.setattr(agentx.kv.curve, "prepare", oom)
+    monkeypatch.setattr(agentx.kv.chains, "chain_pass", oom)  # kv-curve's no-hash lru path
     with pytest.raises(CapacityError) as e:
         replay_tiers(tr, CFG, max_refs=1000 + counts(tr, 1 << 30))
     assert str(e.value).startswith("out of memory replaying up to ")

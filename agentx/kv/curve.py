@@ -15,7 +15,7 @@ import polars as pl
 
 from agentx.catalog.types import ServingConfig
 from agentx.errors import UsageError
-from agentx.kv import memory_guard, summarize
+from agentx.kv import has_hashes, memory_guard, summarize
 from agentx.kv.blocks import MAX_REFS, build_blocks
 from agentx.kv.policies import DRAM, NOWHERE, SSD, outcome, prepare, tiers_of
 from agentx.kv.tiers import LINKS, TierCapacities, capacities_for, link_costs, per_call_frame
@@ -50,6 +50,10 @@ def curve(
         )
     caps = capacities or capacities_for(cfg)
     with memory_guard(max_refs):
+        if policy == "lru" and write_policy == "write-through" and not has_hashes(trace):
+            from agentx.kv.curve_chains import chain_curve
+
+            return chain_curve(trace, cfg, capacities_bytes, caps, block_size_tokens, max_refs)
         return _curve(trace, cfg, capacities_bytes, caps, block_size_tokens, policy, write_policy, max_refs)  # fmt: skip
 
 
@@ -59,12 +63,9 @@ def _curve(trace, cfg, capacities_bytes, caps, block_size_tokens, policy, write_
     st = prepare(policy, stream)
     d = (st[0] if policy == "seed7" else st).dist_tokens
     max_dist_bytes = float(d.max(initial=0)) * bpt
-    if capacities_bytes is None:
-        grid = default_grid(max_dist_bytes)
-    else:
-        grid = np.asarray(capacities_bytes, np.float64)
-        if grid.ndim != 1 or (grid < 0).any() or not np.isfinite(grid).all():
-            raise UsageError("capacities must be a list of non-negative byte counts")
+    grid = (
+        default_grid(max_dist_bytes) if capacities_bytes is None else check_grid(capacities_bytes)
+    )
     base = np.array([caps.hbm_bytes, caps.dram_bytes, caps.ssd_bytes])
     out = st_out = outcome(policy, stream, base / bpt, stack=st)
     pc = per_call_frame(out, stream, trace.calls.height, bpt, cfg, write_policy)
@@ -106,6 +107,13 @@ def _curve(trace, cfg, capacities_bytes, caps, block_size_tokens, policy, write_
     return pl.DataFrame(rows), summary
 
 
+def check_grid(capacities_bytes) -> np.ndarray:
+    grid = np.asarray(capacities_bytes, np.float64)
+    if grid.ndim != 1 or (grid < 0).any() or not np.isfinite(grid).all():
+        raise UsageError("capacities must be a list of non-negative byte counts")
+    return grid
+
+
 def _link_sums(out, n_calls: int, bpt: float, cfg: ServingConfig) -> dict:
     """Bytes per link, transfer time and energy summed over calls (write-through): the
     totals of ``per_call_frame`` from two per-call sums instead of its whole frame."""
@@ -115,7 +123,12 @@ def _link_sums(out, n_calls: int, bpt: float, cfg: ServingConfig) -> dict:
     call, tok, on_ssd = out.call[low], seg_tok[low], out.tier[low] == SSD
     ssd = np.bincount(call, weights=np.where(on_ssd, tok, 0), minlength=n_calls) * bpt
     lower = np.bincount(call, weights=tok, minlength=n_calls) * bpt
-    created = float(seg_tok[out.tier == NOWHERE].sum()) * bpt
+    return link_sums(ssd, lower, float(seg_tok[out.tier == NOWHERE].sum()) * bpt, cfg)
+
+
+def link_sums(ssd: np.ndarray, lower: np.ndarray, created: float, cfg: ServingConfig) -> dict:
+    """Totals from per-call SSD-load and DRAM|SSD-load bytes and the created bytes: a call's
+    transfer time is the slower of its two loads."""
     costs = link_costs(cfg)
     sums = {"ssd_to_dram": float(ssd.sum()), "dram_to_hbm": float(lower.sum())}
     sums["hbm_to_dram"] = sums["dram_to_ssd"] = created
