@@ -213,20 +213,26 @@ def fit_block_size(
     """``bs`` doubled until the stream has at most ``max_refs`` references, and why."""
     if max_refs <= 0:
         raise UsageError(f"--max-block-refs must be positive, got {max_refs}")
+    top = max(int(n_in.max(initial=1)), 1)
+    return fit_counted(lambda b: ref_count(n_in, reused, b, use_hashes), bs, top, max_refs)
+
+
+def fit_counted(count, bs: int, top: int, max_refs: int) -> tuple[int, str]:
+    """``fit_block_size`` given ``count(bs)``, the references at block size ``bs``, and
+    ``top``, the longest prompt (a streamed trace counts every candidate size in one pass)."""
     asked = bs
-    n = ref_count(n_in, reused, bs, use_hashes)
+    n = count(bs)
     if n <= max_refs:
         return bs, ""
-    top = max(int(n_in.max(initial=1)), 1)
     while n > max_refs and bs < 2 * top:  # past the longest prompt every call has ≤ 2 refs
         bs *= 2
-        n = ref_count(n_in, reused, bs, use_hashes)
+        n = count(bs)
     if n > max_refs:
         raise UsageError(
             f"the trace needs {n:,} block references even with one block per prompt; "
             f"raise --max-block-refs above {max_refs:,}"
         )
-    first = ref_count(n_in, reused, asked, use_hashes)
+    first = count(asked)
     return bs, (
         f"re-blocked from {asked} to {bs} tokens: {first:,} block references exceed the "
         f"budget of {max_refs:,} (--max-block-refs); {n:,} at {bs}"
