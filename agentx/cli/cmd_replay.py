@@ -235,7 +235,7 @@ def command(
             try:
                 result = replay_file(trace, cfg, kv_tiers=kv_tiers, calls_path=calls_path,
                                      meta=meta, columns=cols, rows=chunk_rows)  # fmt: skip
-                over = {"calls_over": result.summary["calls_over_max_context"]}
+                over = {"calls_over": result.summary["calls_over_max_context"], "compactions": 0}
                 say_over_context(over, cfg.model.max_context_tokens, "warn", quiet=quiet)
             except NotStreamable:  # read whole: its errors (or its layout) need the whole file
                 tr, kv, cfg, operating_point, context = _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases)  # fmt: skip
