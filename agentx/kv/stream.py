@@ -110,10 +110,12 @@ class KvScan:
             lambda b: int(total[(b // bs0).bit_length() - 1]), bs0, self.top, self.max_refs
         )
 
-    def run(self, caps_tokens) -> None:
-        """Pass 2: every time range in order through the chain kernel; outcomes to spill."""
+    def run(self, caps, bytes_per_token: float) -> None:
+        """Pass 2: every time range in order through the chain kernel at tier capacities
+        ``caps`` (TierCapacities); outcomes to spill files, one per partition."""
         from agentx.kv.chains import ChainState
 
+        self.caps = caps
         self.bs, self.note = self.fit()
         bs = self.bs
         rank = (
@@ -131,7 +133,7 @@ class KvScan:
             else np.zeros(1, np.int64)
         )
         sh_start = np.cumsum(groups) - groups
-        st = ChainState(caps_tokens, bs, int(width.sum()), int(groups.sum()))
+        st = ChainState(caps.tokens(bytes_per_token), bs, int(width.sum()), int(groups.sum()))
         self.out = Spill(self.folder, "kv", len(self.offsets), OUT)
         offsets = np.asarray(self.offsets, np.int64)
         self.acc_sum = np.zeros(7, np.int64)
@@ -167,7 +169,7 @@ class KvScan:
         cols["kv_hbm_to_dram_bytes"], cols["kv_dram_to_ssd_bytes"] = created, created.copy()
         return finish_frame(cols, r["row"] - off, n, cfg)
 
-    def summary(self, cfg, caps, sums: dict) -> dict:
+    def summary(self, cfg, sums: dict) -> dict:
         """summary.json["kv_tiers"] from the run's counters and the per-call column ``sums``."""
         from agentx.kv import TIER_NAMES, _GeoView, _summary
 
@@ -184,7 +186,7 @@ class KvScan:
         }
         per_call = pl.DataFrame({k: [v] for k, v in sums.items()})
         geo = _GeoView(self.bs, self.note, _Total(self.n, self.in_sum), _Total(self.n, self.re_sum))
-        return _summary(counts, per_call, geo, caps, "lru", "write-through", cfg)
+        return _summary(counts, per_call, geo, self.caps, "lru", "write-through", cfg)
 
 
 class _Total:

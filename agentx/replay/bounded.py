@@ -76,17 +76,17 @@ def _value(key: np.uint64) -> float:
     return float(np.array([b], np.uint64).view(np.float64)[0])
 
 
-def quantiles(chunks, n: int, qs) -> list[float]:
+def quantiles(chunks, n: int, qs, gather: int = GATHER_VALUES) -> list[float]:
     """Linear-interpolated quantiles ``qs`` (as polars ``quantile(q, "linear")``) of ``n``
     float64 values that ``chunks()`` yields afresh on every call; memory is one chunk and
-    at most ``GATHER_VALUES`` values. Exact: every wanted rank is found by radix select."""
+    at most ``gather`` values. Exact: every wanted rank is found by radix select."""
     if n == 0:
         return [0.0 for _ in qs]
     ranks = set()
     for q in qs:
         f = (n - 1) * q
         ranks.update({int(np.floor(f)), int(np.ceil(f))})
-    found = _select(chunks, sorted(ranks), n)
+    found = _select(chunks, sorted(ranks), n, gather)
     out = []
     for q in qs:
         f = (n - 1) * q
@@ -96,7 +96,7 @@ def quantiles(chunks, n: int, qs) -> list[float]:
     return out
 
 
-def _select(chunks, ranks: list[int], n: int) -> dict[int, float]:
+def _select(chunks, ranks: list[int], n: int, gather: int) -> dict[int, float]:
     # rank -> (bits, prefix, rank within the group, group size): the group is every key whose
     # top ``bits`` bits equal ``prefix``. A small group is sorted; a large one histogrammed on
     # its next 16 bits, which narrows it to one sub-bin (64 bits: one key value).
@@ -104,7 +104,7 @@ def _select(chunks, ranks: list[int], n: int) -> dict[int, float]:
     found: dict[int, float] = {}
     while todo:
         groups = {(b, p): c for b, p, _, c in todo.values()}
-        hist = {g: np.zeros(1 << 16, np.int64) for g, c in groups.items() if c > GATHER_VALUES}
+        hist = {g: np.zeros(1 << 16, np.int64) for g, c in groups.items() if c > gather}
         vals: dict = {g: [] for g in groups if g not in hist}
         for chunk in chunks():
             k = _keys(chunk)

@@ -45,16 +45,17 @@ from agentx.traces.partitions import NotStreamable, open_trace
 
 # Traces with more rows than this replay out of core (in memory they need ~430 B a call).
 OUT_OF_CORE_ROWS = int(os.environ.get("AGENTX_OUT_OF_CORE_ROWS", 8_000_000))
-BUCKET_ROWS = 1 << 22  # calls per time range: one range is sorted in memory at a time
+BUCKET_ROWS = 1 << 20  # calls per time range: one range is sorted in memory at a time
 SAMPLE = 1 << 20  # t_start_s values sampled to place the time ranges
 LAT = np.dtype([("ttft", "<f8"), ("decode", "<f8")])
 EVENT = np.dtype([("t", "<f8"), ("ctx", "<f8")])
 
 
-def replay_file(path, cfg, *, kv_tiers=True, calls_path=None, meta=None, columns=None,
-                rows: int = CHUNK_ROWS, bucket_rows: int = BUCKET_ROWS):  # fmt: skip
+def replay_file(path, cfg, *, kv_tiers=True, capacities=None, calls_path=None, meta=None,
+                columns=None, rows: int = CHUNK_ROWS, bucket_rows: int = BUCKET_ROWS):  # fmt: skip
     """``ReplayResult`` (no calls frame) of the trace at ``path``; raises ``NotStreamable``
-    when the trace must be read whole (a hashed trace with KV tiers, a broken or unusual file)."""
+    when the trace must be read whole (a hashed trace with KV tiers, a broken or unusual file).
+    ``capacities``: the KV tiers' (default ``capacities_for(cfg)``), as ``replay_tiers``."""
     from agentx.replay.footprint import check_fits
 
     check_fits(cfg)
@@ -74,7 +75,7 @@ def replay_file(path, cfg, *, kv_tiers=True, calls_path=None, meta=None, columns
             kv = KvScan(folder, bounds, 64, _max_refs(), True)
             for off, df in session_partitions(path, list(KEEP), rows):
                 kv.add(off, df)
-            kv.run(capacities_for(cfg).tokens(cfg.kv_bytes_per_token))
+            kv.run(capacities or capacities_for(cfg), cfg.kv_bytes_per_token)
         return _price(path, cfg, kv, folder, bounds, calls_path, meta, columns, rows)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -106,7 +107,6 @@ def _sample_times(pf, n: int) -> np.ndarray:
 
 
 def _price(path, cfg, kv, folder, bounds, calls_path, meta, columns, rows):
-    from agentx.kv import capacities_for
     from agentx.traces.partitions import session_partitions
 
     nb = bounds.size + 1
@@ -155,7 +155,7 @@ def _price(path, cfg, kv, folder, bounds, calls_path, meta, columns, rows):
         a, f = arrive.take(b), finish.take(b)
         sweep_bucket(a["t"], a["ctx"], f["t"], f["ctx"], cfg.decode_batch, state)
     resident = (float(state[2]), float(state[3])) if totals.calls else (0.0, 0.0)
-    kv_summary = None if kv is None else kv.summary(cfg, capacities_for(cfg), kv_sums)
+    kv_summary = None if kv is None else kv.summary(cfg, kv_sums)
     return replay_result(None, cfg, totals, latency, resident, kv_summary)
 
 
