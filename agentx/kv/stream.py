@@ -24,6 +24,7 @@ import polars as pl
 
 from agentx.kv.blocks import fit_counted
 from agentx.replay.bounded import Spill, bucket_of
+from agentx.traces.partitions import compact
 
 N_SIZES = 40  # candidate block sizes: the asked size times 1, 2, 4, ... 2**39
 CALL = np.dtype(
@@ -65,8 +66,10 @@ class KvScan:
         """Partition ``df`` (whole sessions, ``KEEP`` columns) starting at trace row ``off``."""
         self.offsets.append(off)
         agent = pl.col("agent_id").fill_null("")
+        sid = df["session_id"]
+        first = (sid != sid.shift(1)).fill_null(True)  # sessions are contiguous (validated)
         k = df.select(
-            pl.col("session_id").rank("dense").cast(pl.Int64).alias("s") - 1,
+            first.cum_sum().cast(pl.Int64).alias("s") - 1,
             agent.rank("dense").cast(pl.Int64).alias("a") - 1,
             pl.col("is_compaction").cast(pl.Int64).alias("c"),
             pl.col("shared_prefix_tokens").min().over("session_id", agent).alias("spt"),
@@ -84,7 +87,7 @@ class KvScan:
         _ref_counts(n_in, reused, self.bs0, self.counts, self.tail)
         spt = k["spt"].to_numpy().astype(np.int64)
         self.spt_values.update(np.unique(spt).tolist())
-        self.sessions.append(df["session_id"].unique().sort())
+        self.sessions.append(compact(sid.filter(first)))  # in the order of their local ids
         t = df["t_start_s"].to_numpy()
         rec = np.empty(df.height, CALL)
         rec["t"], rec["sess"] = t, k["s"].to_numpy() + self.n_sess

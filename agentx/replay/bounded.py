@@ -29,7 +29,8 @@ class Spill:
 
     def add(self, bucket: np.ndarray, records: np.ndarray) -> None:
         """Append ``records`` (structured, ``self.dtype``) to their buckets, keeping their order."""
-        order = np.argsort(bucket, kind="stable")
+        small = len(self.paths) <= 1 << 16  # 16-bit keys sort stably by radix, in O(n)
+        order = np.argsort(bucket.astype(np.uint16 if small else np.int64), kind="stable")
         cuts = np.searchsorted(bucket[order], np.arange(len(self.paths) + 1))
         for b in np.flatnonzero(np.diff(cuts)):
             with open(self.paths[b], "ab") as f:
