@@ -250,3 +250,19 @@ def test_cli_falls_back_for_hashed_traces_and_says_the_same_errors(
     got = _cli(bad, tmp_path / "e").output
     assert got == want and "expected a non-negative token count" in got
     assert not (tmp_path / "e").exists()
+
+
+def test_weka_without_kv_tiers_streams_as_in_memory(tmp_path, weka_parquet):
+    want = in_memory(weka_parquet, False, None, 5000, tmp_path / "a.parquet")
+    got = replay_file(
+        weka_parquet,
+        CFG,
+        kv_tiers=False,
+        calls_path=tmp_path / "b.parquet",
+        rows=5000,
+        bucket_rows=3000,
+    )
+    assert_close(got.summary, want.summary)
+    assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
+    with pytest.raises(NotStreamable):  # hashed: with KV tiers the block stream reads it whole
+        replay_file(weka_parquet, CFG)
