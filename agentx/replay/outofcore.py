@@ -24,6 +24,7 @@ import tempfile
 import numpy as np
 import polars as pl
 
+from agentx.errors import UsageError
 from agentx.replay.bounded import (
     Spill,
     bucket_of,
@@ -59,6 +60,8 @@ def replay_file(path, cfg, *, kv_tiers=True, capacities=None, calls_path=None, m
     from agentx.replay.footprint import check_fits
 
     check_fits(cfg)
+    if rows <= 0:
+        raise UsageError(f"--chunk-rows must be positive, got {rows}")
     pf, _ = open_trace(path)
     if kv_tiers and _any_hashes(pf):
         raise NotStreamable(path)  # hashed traces keep the block stream (in memory)
