@@ -58,7 +58,7 @@ class KvScan:
         self.n_sizes = max(1, min(N_SIZES, 62 - int(self.bs0).bit_length()))
         self.counts = np.zeros(self.n_sizes, np.int64)
         self.tail = np.zeros(self.n_sizes, np.int64)
-        self.chain_max, self.sessions, self.spt_values = [], [], set()
+        self.chain_max, self.chain_calls, self.sessions, self.spt_values = [], [], [], set()
         self.n_chain = self.n_sess = self.n = self.top = self.in_sum = self.re_sum = 0
         self.offsets: list[int] = []
 
@@ -84,6 +84,7 @@ class KvScan:
         cmax = np.zeros(nc, np.int64)
         np.maximum.at(cmax, chain, n_in)
         self.chain_max.append(cmax)
+        self.chain_calls.append(np.bincount(chain, minlength=nc))
         _ref_counts(n_in, reused, self.bs0, self.counts, self.tail)
         spt = k["spt"].to_numpy().astype(np.int64)
         self.spt_values.update(np.unique(spt).tolist())
@@ -127,16 +128,16 @@ class KvScan:
             else np.zeros(0, np.int64)
         )
         self.sessions = []
-        width = -(-np.concatenate(self.chain_max or [np.zeros(0, np.int64)]) // bs)
-        self.chain_max = []
-        cbase = np.cumsum(width) - width
         groups = (
             np.unique(np.array(sorted(self.spt_values), np.int64) // bs)
             if self.share_prefix
             else np.zeros(1, np.int64)
         )
         sh_start = np.cumsum(groups) - groups
-        st = ChainState(caps.tokens(bytes_per_token), bs, int(width.sum()), int(groups.sum()))
+        st = ChainState(caps.tokens(bytes_per_token), bs, 0, int(groups.sum()))
+        slots = Slots(np.concatenate(self.chain_max or [np.zeros(0, np.int64)]), bs,
+                      np.concatenate(self.chain_calls or [np.zeros(0, np.int64)]), st)  # fmt: skip
+        self.chain_max = self.chain_calls = []
         self.out = Spill(self.folder, "kv", len(self.offsets), OUT)
         offsets = np.asarray(self.offsets, np.int64)
         self.acc_sum = np.zeros(7, np.int64)
@@ -150,7 +151,9 @@ class KvScan:
             n_blk, n_read, write_pos = -(-n_in // bs), -(-reused // bs), reused // bs
             spt = r["spt"] // bs if self.share_prefix else np.zeros(r.size, np.int64)
             sh_base = sh_start[np.searchsorted(groups, spt)]
-            acc = st.feed(cbase[r["chain"]], n_blk, n_read, write_pos, n_in, reused, spt, sh_base)
+            chain = r["chain"]
+            acc = st.feed(slots.take(chain), n_blk, n_read, write_pos, n_in, reused, spt, sh_base)
+            slots.done(chain)
             self.refs += int((n_read + n_blk - write_pos).sum())
             self.acc_sum += acc.sum(axis=0)
             rec = np.empty(r.size, OUT)
@@ -203,3 +206,41 @@ class _Total:
 
     def sum(self) -> int:
         return self.total
+
+
+class Slots:
+    """Chain slots in the kernel's position pool, recycled once a chain's last call is fed:
+    the pool holds the live chains (their widest prompt in blocks, rounded up to a power of
+    two so freed slots fit later chains), not every chain of the trace."""
+
+    def __init__(self, widest_tokens: np.ndarray, bs: int, calls: np.ndarray, state) -> None:
+        width = np.maximum(-(-widest_tokens // bs), 1)
+        self.cls = np.ceil(np.log2(width)).astype(np.int64)  # slot of 2**cls positions
+        self.base = np.full(width.size, -1, np.int64)
+        self.left, self.state, self.top = calls.copy(), state, 0
+        self.free: dict[int, np.ndarray] = {}
+
+    def take(self, chain: np.ndarray) -> np.ndarray:
+        """Per call its chain's base, placing chains seen for the first time."""
+        new = np.unique(chain[self.base[chain] < 0])
+        for k in np.unique(self.cls[new]).tolist():
+            sel = new[self.cls[new] == k]
+            free = self.free.get(k, np.zeros(0, np.int64))
+            n = min(free.size, sel.size)
+            self.base[sel[:n]], self.free[k] = free[:n], free[n:]
+            m = sel.size - n
+            self.base[sel[n:]] = self.top + (np.arange(m, dtype=np.int64) << k)
+            self.top += m << k
+        if self.top > self.state.ptime.size:
+            self.state.grow(pool=max(self.top, 2 * self.state.ptime.size))
+        return self.base[chain]
+
+    def done(self, chain: np.ndarray) -> None:
+        """Calls of ``chain`` were fed: chains with no call left give their slots back."""
+        u, n = np.unique(chain, return_counts=True)
+        self.left[u] -= n
+        ended = u[self.left[u] == 0]
+        self.state.release(self.base[ended], np.int64(1) << self.cls[ended])
+        for k in np.unique(self.cls[ended]).tolist():
+            got = self.base[ended[self.cls[ended] == k]]
+            self.free[k] = np.concatenate((self.free.get(k, np.zeros(0, np.int64)), got))
