@@ -97,16 +97,16 @@ def _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs) 
     from agentx.kv.blocks import geometry
     from agentx.kv.chains import chain_outcomes
 
-    bpt = cfg.kv_bytes_per_token
     g = geometry(trace, block_size_tokens, share_prefix=share_prefix, max_refs=max_refs)
-    acc, glob = chain_outcomes(g, caps.tokens(bpt))
-    cols = {f"kv_{t}_hit_tokens": acc[:, i] for i, t in enumerate(TIER_NAMES)}
-    cols["kv_recompute_tokens"] = acc[:, 3]
-    cols["kv_ssd_to_dram_bytes"] = acc[:, 4].astype(np.float64) * bpt
-    cols["kv_dram_to_hbm_bytes"] = acc[:, 5].astype(np.float64) * bpt
-    created = acc[:, 6].astype(np.float64) * bpt
-    cols["kv_hbm_to_dram_bytes"], cols["kv_dram_to_ssd_bytes"] = created, created.copy()
-    per_call = finish_frame(cols, g.row, trace.calls.height, cfg)
+    acc, glob = chain_outcomes(g, caps.tokens(cfg.kv_bytes_per_token))
+    g = _ChainFacts.of(g)  # the per-call geometry goes before the frame comes (10 M-call peak)
+    return chains_result(trace, cfg, caps, g, acc, glob)
+
+
+def chains_result(trace, cfg, caps, g, acc, glob) -> KvResult:
+    """The per-call frame and summary from the chain kernel's outputs (also kv-curve's);
+    ``g``: the Geometry, or its ``_ChainFacts``."""
+    bpt = cfg.kv_bytes_per_token
     counts = {
         "hits": {
             t: {"blocks": int(glob[i]), "tokens": int(acc[:, i].sum())}
@@ -114,10 +114,34 @@ def _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs) 
         },
         "recompute": {"blocks": int(glob[3]), "tokens": int(acc[:, 3].sum())},
         "distinct_blocks": int(glob[4]),
-        "block_references": int(g.ref_off[-1]),
+        "block_references": g.n_refs,
         "pinned_tokens": 0,
     }
-    return KvResult(per_call, _summary(counts, per_call, g, caps, "lru", "write-through", cfg))
+    cols = {f"kv_{t}_hit_tokens": acc[:, i] for i, t in enumerate(TIER_NAMES)}
+    cols["kv_recompute_tokens"] = acc[:, 3]
+    # byte columns go in as token counts: finish_frame scales them once placed in row order
+    cols["kv_ssd_to_dram_bytes"] = acc[:, 4]
+    cols["kv_dram_to_hbm_bytes"] = acc[:, 5]
+    cols["kv_hbm_to_dram_bytes"] = cols["kv_dram_to_ssd_bytes"] = acc[:, 6]
+    per_call = finish_frame(cols, g.row, trace.calls.height, cfg, bpt)
+    geo = _GeoView(g.bs, g.note, _Totals.of(g.n_in), _Totals.of(g.reused))
+    return KvResult(per_call, _summary(counts, per_call, geo, caps, "lru", "write-through", cfg))
+
+
+@dataclass(frozen=True)
+class _ChainFacts:
+    """What ``chains_result`` reads of a geometry: no per-call column but the time order."""
+
+    bs: int
+    note: str
+    n_in: _Totals
+    reused: _Totals
+    row: np.ndarray
+    n_refs: int
+
+    @classmethod
+    def of(cls, g) -> _ChainFacts:
+        return cls(g.bs, g.note, _Totals.of(g.n_in), _Totals.of(g.reused), g.row, g.n_refs)
 
 
 def summarize(
@@ -154,6 +178,24 @@ class _GeoView:
     note: str
     n_in: np.ndarray
     reused: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Totals:
+    """A per-call column reduced to what ``_summary`` asks of it: its length and its sum."""
+
+    n: int
+    total: int
+
+    @classmethod
+    def of(cls, a) -> _Totals:
+        return a if isinstance(a, _Totals) else cls(len(a), int(a.sum()))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def sum(self) -> int:
+        return self.total
 
 
 def _summary(counts, per_call, g, caps, policy, write_policy, cfg) -> dict:

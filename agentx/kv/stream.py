@@ -177,7 +177,7 @@ class KvScan:
 
     def summary(self, cfg, sums: dict) -> dict:
         """summary.json["kv_tiers"] from the run's counters and the per-call column ``sums``."""
-        from agentx.kv import TIER_NAMES, _GeoView, _summary
+        from agentx.kv import TIER_NAMES, _GeoView, _summary, _Totals
 
         tiers = {
             t: {"blocks": int(self.glob[i]), "tokens": int(self.acc_sum[i])}
@@ -191,21 +191,10 @@ class KvScan:
             "pinned_tokens": 0,
         }
         per_call = pl.DataFrame({k: [v] for k, v in sums.items()})
-        geo = _GeoView(self.bs, self.note, _Total(self.n, self.in_sum), _Total(self.n, self.re_sum))
+        geo = _GeoView(
+            self.bs, self.note, _Totals(self.n, self.in_sum), _Totals(self.n, self.re_sum)
+        )
         return _summary(counts, per_call, geo, self.caps, "lru", "write-through", cfg)
-
-
-class _Total:
-    """A column seen in pieces: its length and sum, all ``_summary`` asks of it."""
-
-    def __init__(self, n: int, total: int) -> None:
-        self.n, self.total = n, total
-
-    def __len__(self) -> int:
-        return self.n
-
-    def sum(self) -> int:
-        return self.total
 
 
 class Slots:

@@ -148,25 +148,44 @@ def per_call_frame(
     return finish_frame(cols, row, n_rows, cfg)
 
 
-def finish_frame(cols: dict, row: np.ndarray, n_rows: int, cfg: ServingConfig) -> pl.DataFrame:
-    """Transfer time and energy from the bytes per link, then the ``PER_CALL`` columns in
-    trace row order (``cols``: hits, recomputes and bytes per call in time order)."""
+def finish_frame(
+    cols: dict, row: np.ndarray, n_rows: int, cfg: ServingConfig, bytes_per_token: float = 1.0
+) -> pl.DataFrame:
+    """Transfer time and energy from the bytes per link, and the ``PER_CALL`` columns in
+    trace row order. ``cols``: hits, recomputes and bytes per call in time order (only read);
+    the byte columns are multiplied by ``bytes_per_token`` (so token counts can be passed as
+    they are). One pass places every column; rows without a call stay zero."""
     costs = link_costs(cfg)
-    cols["kv_transfer_time_s"] = np.maximum(
-        cols["kv_ssd_to_dram_bytes"] / costs["ssd_to_dram"][0],
-        cols["kv_dram_to_hbm_bytes"] / costs["dram_to_hbm"][0],
-    )
-    cols["kv_transfer_energy_j"] = sum(cols[f"kv_{k}_bytes"] * costs[k][1] for k in LINKS)
-    frame = {}
-    for name in PER_CALL:  # popped as placed: one column in two orders at a time, not ten
-        if name.endswith("_tokens"):
-            v = np.zeros(n_rows, np.int64)
-            v[row] = np.rint(cols.pop(name)).astype(np.int64)
-        else:
-            v = np.zeros(n_rows, np.float64)
-            v[row] = cols.pop(name)
-        frame[name] = v
-    return pl.DataFrame(frame)
+    x = [cols[name] for name in PER_CALL[:-2]]
+    out = [np.zeros(n_rows, np.int64 if n.endswith("_tokens") else np.float64) for n in PER_CALL]
+    if x[7] is x[6]:  # one array under two names (write-through): one column, placed once
+        out[7] = out[6]
+    bw = (costs["ssd_to_dram"][0], costs["dram_to_hbm"][0])
+    pj = tuple(costs[k][1] for k in LINKS)
+    _place(row, *x, float(bytes_per_token), *bw, *pj, *out)
+    return pl.DataFrame(dict(zip(PER_CALL, out, strict=True)))
+
+
+@nb.njit(cache=True)
+def _place(row, h, d, s, rc, b0, b1, b2, b3, scale, bw0, bw1, j0, j1, j2, j3,
+           oh, od, os_, orc, o0, o1, o2, o3, otime, oenergy):  # fmt: skip  # pragma: no cover
+    """Per call: tokens rounded, bytes scaled, the critical-path time (the slower of the two
+    loads, NaN kept as np.maximum does) and the energy summed over the links in order."""
+    for k in range(row.size):
+        r = row[k]
+        oh[r] = np.int64(np.rint(h[k]))
+        od[r] = np.int64(np.rint(d[k]))
+        os_[r] = np.int64(np.rint(s[k]))
+        orc[r] = np.int64(np.rint(rc[k]))
+        x0, x1, x2, x3 = b0[k] * scale, b1[k] * scale, b2[k] * scale, b3[k] * scale
+        o0[r], o1[r], o2[r], o3[r] = x0, x1, x2, x3
+        t0, t1 = x0 / bw0, x1 / bw1
+        otime[r] = t0 if (t0 >= t1 or t0 != t0) else t1
+        e = 0.0 + x0 * j0  # as Python's sum(): 0 + the first term, then left to right
+        e += x1 * j1
+        e += x2 * j2
+        e += x3 * j3
+        oenergy[r] = e
 
 
 @nb.njit(cache=True)
