@@ -6,8 +6,9 @@ an end-to-end replay in a few seconds.
 
 ``--scale TRACE.parquet`` (issue 11) instead times whole commands on one trace, each as a
 ratio to a polars scan of the same file in the same run, with each command's peak RSS:
-``agentx replay`` (KV tiers on, --no-kv-tiers, --calls summary), ``agentx kv-curve``; min and
-median of ``--repeats`` runs, and the load average. Make the trace with ``agentx synth -o
+``agentx replay`` (KV tiers on, --no-kv-tiers, --calls full), ``agentx kv-curve``; min and
+median wall and CPU (user + sys) of ``--repeats`` runs, and the load average. Stage by stage:
+benchmarks/bench_replay_stages.py. Make the trace with ``agentx synth -o
 /tmp/s.parquet --calls 10000000``.
 """
 
@@ -98,15 +99,15 @@ def bench_end_to_end(n_calls: int) -> None:
         )
 
 
-def _child(cmd: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS GB) of one command, from its own rusage."""
+def _child(cmd: list[str]) -> tuple[float, float, float]:
+    """(wall seconds, peak RSS GB, CPU seconds user + sys) of one command, from its rusage."""
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"failed: {' '.join(cmd)}")
-    return wall, usage.ru_maxrss / 1e6
+    return wall, usage.ru_maxrss / 1e6, usage.ru_utime + usage.ru_stime
 
 
 def bench_scale(trace: Path, repeats: int, curve: bool = True) -> None:
@@ -124,8 +125,8 @@ def bench_scale(trace: Path, repeats: int, curve: bool = True) -> None:
         cases = {
             "polars scan (whole file)": scan,
             "replay, KV tiers": [*agentx, "replay", str(trace), *hw, "-q", "-o", run],
-            "replay, KV tiers, --calls summary": [
-                *agentx, "replay", str(trace), *hw, "-q", "-o", run, "--calls", "summary",
+            "replay, KV tiers, --calls full": [
+                *agentx, "replay", str(trace), *hw, "-q", "-o", run, "--calls", "full",
             ],
             "replay --no-kv-tiers": [*agentx, "replay", str(trace), *hw, "--no-kv-tiers", "-q", "-o", run],
             "kv-curve (48 points)": [*agentx, "kv-curve", str(trace), *hw, "--json"],
@@ -137,13 +138,15 @@ def bench_scale(trace: Path, repeats: int, curve: bool = True) -> None:
         floor = None
         for label, cmd in cases.items():
             runs = sorted(_child(cmd) for _ in range(repeats))
-            walls = [w for w, _ in runs]
+            walls = [w for w, _, _ in runs]
+            cpus = sorted(c for _, _, c in runs)
             best, med = walls[0], walls[len(walls) // 2]
             floor = floor or best
-            rss = max(r for _, r in runs)
+            rss = max(r for _, r, _ in runs)
             print(
                 f"{label:<36} min {best:7.2f} s  median {med:7.2f} s  "
-                f"{best / floor:5.1f}x scan  {n / best / 1e6:6.2f} M calls/s  peak RSS {rss:5.2f} GB",
+                f"{best / floor:5.1f}x scan  {n / best / 1e6:6.2f} M calls/s  peak RSS {rss:5.2f} GB  "
+                f"CPU min {cpus[0]:6.2f} s median {cpus[len(cpus) // 2]:6.2f} s",
                 flush=True,
             )
         print(f"load average after: {os.getloadavg()}")

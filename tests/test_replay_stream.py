@@ -120,16 +120,16 @@ def _replay_dir(trace_path, out, *extra) -> dict:
 def test_cli_streams_any_chunk_size_and_is_byte_identical(tmp_path):
     p = tmp_path / "t.parquet"
     write_trace(TRACE, p)
-    want = _replay_dir(p, tmp_path / "a")
+    want = _replay_dir(p, tmp_path / "a", "--calls", "full")
     for rows in ("7", "100"):
-        got = _replay_dir(p, tmp_path / f"c{rows}", "--chunk-rows", rows)
+        got = _replay_dir(p, tmp_path / f"c{rows}", "--chunk-rows", rows, "--calls", "full")
         assert_close(got, want)
         assert_frames_close(
             pl.read_parquet(tmp_path / f"c{rows}" / "calls.parquet"),
             pl.read_parquet(tmp_path / "a" / "calls.parquet"),
         )
     assert_frames_close(pl.read_parquet(tmp_path / "a" / "calls.parquet"), WHOLE.calls)
-    _replay_dir(p, tmp_path / "c7b", "--chunk-rows", "7")
+    _replay_dir(p, tmp_path / "c7b", "--chunk-rows", "7", "--calls", "full")
     for f in ("calls.parquet", "stages.parquet", "footprint.parquet", "summary.json", "run.json"):
         assert (tmp_path / "c7" / f).read_bytes() == (tmp_path / "c7b" / f).read_bytes(), f
 
@@ -137,8 +137,8 @@ def test_cli_streams_any_chunk_size_and_is_byte_identical(tmp_path):
 def test_cli_calls_modes(tmp_path):
     p = tmp_path / "t.parquet"
     write_trace(TRACE, p)
-    full = _replay_dir(p, tmp_path / "full")
-    summ = _replay_dir(p, tmp_path / "summary", "--calls", "summary")
+    full = _replay_dir(p, tmp_path / "full", "--calls", "full")
+    summ = _replay_dir(p, tmp_path / "summary")  # the default
     none = _replay_dir(p, tmp_path / "none", "--calls", "none")
     assert_close(summ, full) and assert_close(none, full)
     assert not (tmp_path / "none" / "calls.parquet").exists()
@@ -150,6 +150,9 @@ def test_cli_calls_modes(tmp_path):
     big = pl.read_parquet(tmp_path / "full" / "calls.parquet")
     assert set(small.columns) < set(big.columns)
     assert {"ttft_s", "decode_latency_s", "kv_recompute_tokens", "session_id"} <= set(small.columns)
+    # the KV link bytes stay: the report's per-call KV traffic chart reads them
+    assert {"kv_dram_to_hbm_bytes", "kv_transfer_energy_j"} <= set(small.columns)
+    assert not [c for c in small.columns if c.endswith(("_flops", "_comm_bytes"))]
     assert_frames_close(small, big.select(small.columns))
 
 
@@ -185,8 +188,8 @@ def test_sql_derives_the_sums_a_summary_run_leaves_out(tmp_path):
 
     p = tmp_path / "t.parquet"
     write_trace(TRACE, p)
-    _replay_dir(p, tmp_path / "runs" / "full")
-    _replay_dir(p, tmp_path / "runs" / "summary", "--calls", "summary")
+    _replay_dir(p, tmp_path / "runs" / "full", "--calls", "full")
+    _replay_dir(p, tmp_path / "runs" / "summary")
     with open_db([], [tmp_path / "runs"]) as db:
         cols = db.query("SELECT * FROM replay_calls LIMIT 0").columns
         assert set(DERIVED["replay_calls"]) <= set(cols)

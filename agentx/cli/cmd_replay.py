@@ -95,10 +95,11 @@ from agentx.units import GB
 @click.option(
     "--calls",
     "calls_mode",
-    type=click.Choice(["full", "summary", "none"]),
-    default="full",
+    type=click.Choice(["summary", "full", "none"]),
+    default="summary",
     show_default=True,
-    help="calls.parquet: every per-call column, the queried subset (docs/metrics.md), or none.",
+    help="calls.parquet: the columns queries use (docs/metrics.md), every per-call column "
+    "(adds per-stage FLOPs and bytes), or none.",
 )
 @click.option(
     "--chunk-rows",
@@ -246,10 +247,12 @@ def command(
             cols = calls_columns(
                 calls_mode, tr.calls.columns + list(_priced_columns(kv is not None))
             )
+            kv_summary, session_names = kv.summary if kv is not None else None, tr.session_names
+            # from here the trace and the per-call KV outcome live only in the partition generator,
+            # which lets go of them after the last partition, before the merge's whole-trace figures
+            tr = kv = per_call = None
             result = merge_partials(
-                write_calls(parts, calls_path, meta, cols),
-                cfg,
-                kv.summary if kv is not None else None,
+                write_calls(parts, calls_path, meta, cols, session_names), cfg, kv_summary
             )
         note = (result.summary.get("kv_tiers") or {}).get("block_size_note")
         if note and not quiet:
@@ -267,7 +270,7 @@ def command(
                 "kv_precision": cfg.kv_precision, "decode_batch": cfg.decode_batch,
                 "interactivity_tokens_per_s_per_user": interactivity,
                 "prefill_chunk_tokens": cfg.prefill_chunk_tokens, "routing_skew": cfg.routing_skew,
-                "pools": cfg.pools, "kv_tiers": kv is not None, "calls": calls_mode,
+                "pools": cfg.pools, "kv_tiers": kv_tiers, "calls": calls_mode,
                 "load_scale": load_scale, "over_context": over_context,
                 "efficiencies": dataclasses.asdict(cfg.efficiencies),
             }  # fmt: skip
@@ -310,7 +313,10 @@ def _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, 
     phases.step("reading the trace")
     if load_scale == 1.0 and over_context == "warn":
         # only the columns pricing and the KV model read stay in memory (every row is validated)
-        tr = read_trace_columns(trace, [*TRACE_COLUMNS, *(KV_COLUMNS if kv_tiers else ())])
+        # session ids as UInt32 codes in the ids' order (4 B per call, written back as the ids)
+        tr = read_trace_columns(
+            trace, [*TRACE_COLUMNS, *(KV_COLUMNS if kv_tiers else ())], session_codes=True
+        )
     else:  # the transforms rewrite sessions and compactions: they see the whole trace
         tr = read_trace(trace)
     tr, context = apply_over_context(tr, cfg.model.max_context_tokens, over_context, quiet=quiet)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import numba
 import numpy as np
 import polars as pl
 
@@ -19,6 +18,7 @@ from agentx.errors import InputError, UsageError
 from agentx.replay.energy import coefficients
 from agentx.replay.footprint import check_fits, describe, footprint_per_gpu
 from agentx.replay.stages import KEYS, STAGES
+from agentx.replay.timeline import QUANTILES, quantiles, resident_context
 
 TRACE_COLUMNS = (
     "session_id",
@@ -30,6 +30,7 @@ TRACE_COLUMNS = (
     "new_tokens",
     "output_tokens",
 )
+LATENCY = ("ttft_s", "decode_latency_s")
 CALL_KEYS = ("time_s", "energy_j", "flops", "hbm_bytes", "comm_bytes")
 ENERGY_MODEL = (
     "E = P_static*gpus*t + e_flop(precision)*FLOPs + e_hbm*HBM bytes + e_link*link bytes; "
@@ -109,47 +110,6 @@ def call_frame(cfg: ServingConfig, calls, kv=None) -> pl.DataFrame:
     return pl.DataFrame(dict(zip(CALL_COLUMNS, cols, strict=True)))
 
 
-def resident_context(calls: pl.DataFrame, busy_s: np.ndarray, batch: int) -> tuple[float, float]:
-    """(tokens, sequences) of KV resident in HBM at the busiest moment of the trace's timeline.
-
-    A call holds its context (input + output tokens) from its arrival for ``busy_s`` (its
-    fill and decode latency). When c calls are active and c > ``batch``, the decode batch
-    holds ``batch`` of them at the active mean context; the peak over all arrival/finish
-    events is reported (at equal times finishes first, each set in trace order).
-    """
-    if calls.height == 0:
-        return 0.0, 0.0
-    t0 = calls.get_column("t_start_s").to_numpy().astype(np.float64)
-    ctx = (
-        (calls.get_column("input_tokens") + calls.get_column("output_tokens"))
-        .to_numpy()
-        .astype(np.float64)
-    )
-    t1 = t0 + busy_s
-    # Two sorts of n and one merge pass instead of sorting 2n events and their running sums.
-    arrive, finish = np.argsort(t0, kind="stable"), np.argsort(t1, kind="stable")
-    return _peak_resident(t0, t1, ctx, arrive, finish, float(batch))
-
-
-@numba.njit(cache=True, error_model="numpy")
-def _peak_resident(t0, t1, ctx, arrive, finish, batch):  # pragma: no cover (compiled)
-    n, i, j = t0.size, 0, 0
-    active, tokens, best, best_seqs = 0.0, 0.0, -1.0, 0.0
-    while i < n or j < n:
-        if i == n or (j < n and t1[finish[j]] <= t0[arrive[i]]):
-            active -= 1.0
-            tokens -= ctx[finish[j]]
-            j += 1
-        else:
-            active += 1.0
-            tokens += ctx[arrive[i]]
-            i += 1
-        resident = tokens * min(1.0, batch / max(active, 1.0)) if active > 0 else 0.0
-        if resident > best:
-            best, best_seqs = resident, min(active, batch)
-    return best, best_seqs
-
-
 @dataclass(frozen=True)
 class Partial:
     """The priced calls of one partition and what the run summary needs of them.
@@ -218,10 +178,11 @@ def merge_partials(parts, cfg: ServingConfig, kv_summary: dict | None = None) ->
         sums += p.sums
     if calls is None:
         calls = replay_partition(_empty_calls(), cfg).calls
-    busy = calls["ttft_s"].to_numpy() + calls["decode_latency_s"].to_numpy()
+    # one contiguous float array per column: the peak and the quantiles read whole columns
+    ttft, decode = (calls.get_column(c).to_numpy().astype(np.float64) for c in LATENCY)
     latency = {
-        c: {"p50": _q(calls[c], 0.5), "p90": _q(calls[c], 0.9), "p99": _q(calls[c], 0.99)}
-        for c in ("ttft_s", "decode_latency_s")
+        c: dict(zip(("p50", "p90", "p99"), quantiles(a, QUANTILES), strict=True))
+        for c, a in zip(LATENCY, (ttft, decode), strict=True)
     }
     totals = Totals(
         calls=calls.height,
@@ -230,7 +191,7 @@ def merge_partials(parts, cfg: ServingConfig, kv_summary: dict | None = None) ->
         sessions=sum(p.sessions for p in parts),
         over_context=sum(p.over_context for p in parts),
     )
-    resident = resident_context(calls, busy, cfg.decode_batch)
+    resident = resident_context(calls, ttft + decode, cfg.decode_batch)
     return replay_result(calls, cfg, totals, latency, resident, kv_summary)
 
 
@@ -320,10 +281,6 @@ def _empty_calls() -> pl.DataFrame:
     )
 
 
-def _q(a: pl.Series, q: float) -> float:
-    return float(a.quantile(q, interpolation="linear")) if a.len() else 0.0
-
-
 # Rows per partition of the streaming driver: one Parquet row group of calls.parquet, and
 # small enough that a partition's 30-odd priced columns stay a few hundred MB.
 CHUNK_ROWS = 1 << 20
@@ -358,54 +315,5 @@ def replay_chunks(calls: pl.DataFrame, cfg: ServingConfig, kv_calls=None, rows: 
         yield replay_partition(calls.slice(off, length), cfg, kv_part)
 
 
-CALLS_MODES = ("full", "summary", "none")
-
-
-def calls_columns(mode: str, available) -> list[str] | None:
-    """Columns of calls.parquet for ``--calls`` ``mode`` (None: all). ``summary`` keeps what
-    the per-call queries of docs/metrics.md use: trace keys, per-stage time and energy,
-    latencies and the KV tier outcome in tokens (bytes per link stay in full and in the sums)."""
-    if mode not in CALLS_MODES:
-        raise UsageError(f"--calls must be one of {', '.join(CALLS_MODES)}, got '{mode}'")
-    if mode != "summary":
-        return None
-    keep = (
-        *TRACE_COLUMNS,
-        *(f"{st}_{k}" for st in STAGES for k in ("time_s", "energy_j")),
-        "ttft_s",
-        "decode_latency_s",
-        "total_energy_j",
-        *(c for c in available if c.startswith("kv_") and c.endswith("_tokens")),
-        "kv_transfer_time_s",
-    )
-    return [c for c in keep if c in available]
-
-
-def write_calls(parts, path, metadata: dict[str, str] | None = None, columns=None):
-    """Write the partials' calls rows to ``path`` (one Parquet row group each, zstd, atomic:
-    temp file renamed at the end) as they come; yields each partial, slimmed, for the merge.
-    ``columns``: the columns to keep (default all); ``path`` None writes nothing."""
-    import pyarrow.parquet as pq
-
-    from agentx.io import atomic_path
-
-    if path is None:
-        for p in parts:
-            yield p.slim()
-        return
-    with atomic_path(path, suffix=".parquet.tmp") as tmp:
-        writer = None
-        try:
-            for p in parts:
-                frame = p.calls if columns is None else p.calls.select(columns)
-                table = frame.to_arrow()
-                if writer is None:
-                    schema = table.schema.with_metadata(
-                        {k.encode(): v.encode() for k, v in (metadata or {}).items()}
-                    )
-                    writer = pq.ParquetWriter(tmp, schema, compression="zstd")
-                writer.write_table(table.cast(writer.schema), row_group_size=table.num_rows or 1)
-                yield p.slim()
-        finally:
-            if writer is not None:
-                writer.close()
+# the calls.parquet side of the streaming driver (kept importable from here)
+from agentx.replay.callsfile import CALLS_MODES, calls_columns, write_calls  # noqa: E402, F401

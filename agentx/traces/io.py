@@ -20,6 +20,8 @@ class Trace:
 
     calls: pl.DataFrame
     meta: dict[str, str] = field(default_factory=dict)
+    # with session_id as integer codes (read_trace_columns(session_codes=True)): the ids
+    session_names: pl.Series | None = field(default=None, compare=False, repr=False)
 
     @property
     def source(self) -> str:
@@ -111,56 +113,48 @@ def read_trace(path: os.PathLike | str, *, validate: bool = True) -> Trace:
 
 
 def read_trace_columns(
-    path: os.PathLike | str, columns: list[str], *, batch_rows: int = 1 << 20
+    path: os.PathLike | str,
+    columns: list[str],
+    *,
+    batch_rows: int = 1 << 20,
+    session_codes: bool = False,
 ) -> Trace:
     """``read_trace`` keeping only ``columns``: every row is validated as ``read_trace`` does,
-    in batches of whole sessions (rows are grouped by session), so the columns a command does
+    in batches of whole sessions (``agentx.traces.batches``), so the columns a command does
     not use are never in memory for the whole file. Any problem falls back to ``read_trace``
-    itself, so errors read exactly as there."""
-    import pyarrow.parquet as pq
+    itself, so errors read exactly as there.
+
+    ``session_codes``: ``session_id`` becomes UInt32 codes in the byte order of the ids (so
+    sorting, ranking and grouping by it are unchanged) and ``Trace.session_names[code]`` is
+    the id: 4 bytes per call instead of a 16-byte string view.
+    """
+    from agentx.traces.batches import NotValid, TraceBatches, lexical_codes
 
     try:
-        pf = pq.ParquetFile(path)
-        raw = pf.schema_arrow.metadata or {}
-    except Exception:  # noqa: BLE001 (read_trace words every way a file can be unreadable)
-        return _projected(read_trace(path), columns)
-    meta = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in raw.items()}
-    meta.pop("ARROW:schema", None)
-    if meta.get(S.META_SCHEMA_VERSION) != S.SCHEMA_VERSION or not set(S.COLUMN_NAMES) <= set(
-        pf.schema_arrow.names
-    ):
-        return _projected(read_trace(path), columns)  # read_trace names what is missing
-    kept, seen, carry = [], [], None
-    try:
-        for rb in pf.iter_batches(batch_size=batch_rows):
-            df = pl.from_arrow(rb)
-            df = df if carry is None else pl.concat([carry, df])
-            sid = df["session_id"]
-            differs = (sid != sid[-1]).to_numpy() if df.height else None
-            cut = int(differs.nonzero()[0][-1]) + 1 if differs is not None and differs.any() else 0
-            if cut:
-                kept.append(_checked(df.slice(0, cut), path, seen, columns))
-            carry = df.slice(cut)
-        if carry is not None and carry.height:
-            kept.append(_checked(carry, path, seen, columns))
-    except (InputError, pl.exceptions.PolarsError):
-        return _projected(read_trace(path), columns)  # the whole file names the row
-    if not kept:
-        return _projected(read_trace(path), columns)
-    import pyarrow as pa
-
-    pa.default_memory_pool().release_unused()  # the dropped columns' decode buffers
-    return Trace(pl.concat(kept, how="vertical", rechunk=False), meta)  # no second copy
+        batches = TraceBatches(path, columns, batch_rows=batch_rows, run_codes=session_codes)
+        kept = list(batches)
+    except (NotValid, pl.exceptions.PolarsError, OSError):
+        kept = []
+    if not kept:  # broken or empty: read_trace words the error (or gives the empty frame)
+        return _projected(read_trace(path), columns, session_codes)
+    df = pl.concat(kept, how="vertical", rechunk=False)  # no second copy
+    if not session_codes or "session_id" not in columns:
+        return Trace(df, batches.meta)
+    codes, names = lexical_codes(batches.run_names, df.get_column("session_id"))
+    return Trace(df.with_columns(codes), batches.meta, session_names=names)
 
 
-def _checked(df: pl.DataFrame, path, seen: list, columns: list[str]) -> pl.DataFrame:
-    S.validate(df, path)
-    sessions = df["session_id"].unique()
-    if seen and pl.concat(seen).is_in(sessions.implode()).any():  # a session split across batches
-        raise InputError(path, "expected each session's rows to be contiguous")
-    seen.append(sessions)
-    return df.select(columns)
+def _projected(trace: Trace, columns: list[str], session_codes: bool = False) -> Trace:
+    df = trace.calls.select(columns)
+    if not session_codes or "session_id" not in columns:
+        return Trace(df, trace.meta)
+    from agentx.traces.batches import lexical_codes
 
-
-def _projected(trace: Trace, columns: list[str]) -> Trace:
-    return Trace(trace.calls.select(columns), trace.meta)
+    sid = df.get_column("session_id")
+    first = sid.ne_missing(sid.shift(1))
+    run_names = sid.filter(first)
+    if run_names.n_unique() != run_names.len():  # validated: cannot happen; say so if it does
+        raise InputError(trace.source, "expected each session's rows to be contiguous")
+    run_index = first.cast(pl.UInt32).cum_sum() - 1
+    codes, names = lexical_codes(run_names, run_index)
+    return Trace(df.with_columns(codes), trace.meta, session_names=names)

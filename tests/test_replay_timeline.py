@@ -1,0 +1,82 @@
+"""The merge's whole-trace figures: quantiles equal polars' linear quantile exactly, and the
+resident-KV peak's tie order equals a stable sort's."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentx.replay.timeline import QUANTILES, _stable_order, quantiles
+
+finite = st.floats(-1e12, 1e12, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(finite, max_size=300), st.lists(st.floats(0, 1), min_size=1, max_size=5))
+def test_quantiles_equal_polars_linear(values, qs):
+    a = np.array(values, dtype=np.float64)
+    want = [float(pl.Series(a).quantile(q, interpolation="linear")) if a.size else 0.0 for q in qs]
+    assert quantiles(a, qs) == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 12), max_size=400))
+def test_stable_order_equals_a_stable_argsort(times):
+    t = np.array(times, dtype=np.float64) / 4  # many ties
+    assert np.array_equal(_stable_order(t), np.argsort(t, kind="stable"))
+
+
+def test_quantiles_of_a_big_array_with_ties_equal_polars():
+    rng = np.random.default_rng(7)
+    a = np.round(rng.lognormal(0, 2, 100_003), 2)
+    want = [float(pl.Series(a).quantile(q, interpolation="linear")) for q in QUANTILES]
+    assert quantiles(a) == want
+
+
+def test_calls_writer_raises_a_failed_write_and_leaves_no_file(tmp_path):
+    import pytest
+
+    from agentx.replay.callsfile import write_calls
+    from agentx.replay.replay import Partial
+
+    def part(values) -> Partial:
+        frame = pl.DataFrame({"t_start_s": values, "input_tokens": [1] * len(values)})
+        frame = frame.with_columns(output_tokens=1, ttft_s=1.0, decode_latency_s=1.0)
+        return Partial(frame, np.zeros(1), 1, {}, 0)
+
+    good, bad = part([1.0, 2.0]), part(["x", "y"])  # a string cannot become the file's float
+    out = tmp_path / "calls.parquet"
+    with pytest.raises(Exception, match="(?i)float|double|convert|parse"):
+        for _ in write_calls(iter([good, bad, good, good]), out):
+            pass
+    assert not list(tmp_path.iterdir())
+    list(write_calls(iter([good, good]), out))
+    assert pl.read_parquet(out)["t_start_s"].to_list() == [1.0, 2.0, 1.0, 2.0]
+
+
+def test_calls_writer_compresses_ints_and_mostly_zero_floats_only(tmp_path):
+    import pyarrow.parquet as pq
+
+    from agentx.replay.callsfile import CallsWriter
+
+    frame = pl.DataFrame(
+        {
+            "input_tokens": np.arange(1000),
+            "ttft_s": np.linspace(0.1, 9.0, 1000),  # dense
+            "prefill_time_s": np.where(np.arange(1000) % 10 == 0, 1.5, 0.0),  # mostly zeros
+        }
+    )
+    with CallsWriter(tmp_path / "c.parquet") as w:
+        w.write(frame)
+        w.write(frame.with_columns(prefill_time_s=pl.lit(2.0)))  # codecs stay the first's
+    md = pq.ParquetFile(tmp_path / "c.parquet").metadata
+    for g in range(md.num_row_groups):
+        codecs = [md.row_group(g).column(j).compression for j in range(3)]
+        assert codecs == ["ZSTD", "UNCOMPRESSED", "LZ4_RAW"] or codecs == [
+            "ZSTD",
+            "UNCOMPRESSED",
+            "LZ4",
+        ]
+    assert pl.read_parquet(tmp_path / "c.parquet").height == 2000
