@@ -22,7 +22,6 @@ import shutil
 import tempfile
 
 import numpy as np
-import polars as pl
 
 from agentx.errors import UsageError
 from agentx.replay.bounded import (
@@ -173,4 +172,4 @@ def _chunks(path, dtype, field, rows: int = 1 << 22):
             yield a[field]
 
 
-__all__ = ["OUT_OF_CORE_ROWS", "NotStreamable", "pl", "replay_file"]
+__all__ = ["OUT_OF_CORE_ROWS", "NotStreamable", "replay_file"]
