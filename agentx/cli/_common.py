@@ -177,6 +177,12 @@ def apply_over_context(trace, limit_tokens: int, mode: str, *, quiet: bool = Fal
     from agentx.traces.transform import fit_context
 
     out, rec = fit_context(trace, limit_tokens, mode)
+    say_over_context(rec, limit_tokens, mode, quiet=quiet)
+    return out, rec
+
+
+def say_over_context(rec: dict, limit_tokens: int, mode: str, *, quiet: bool = False) -> None:
+    """The line ``apply_over_context`` prints for ``rec`` (``calls_over``, ``compactions``)."""
     # the warning is not progress: it prints even with --quiet
     if rec["calls_over"] and (mode == "warn" or not quiet):
         n, lim = f"{rec['calls_over']:,}", f"{limit_tokens:,}"
@@ -188,7 +194,6 @@ def apply_over_context(trace, limit_tokens: int, mode: str, *, quiet: bool = Fal
             "drop": f"note: dropped {n} calls over the {lim}-token context",
         }[mode]
         click.echo(msg, err=True)
-    return out, rec
 
 
 def parse_names(value: str | None) -> list[str] | None:

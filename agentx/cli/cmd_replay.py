@@ -23,6 +23,7 @@ from agentx.cli._common import (
     print_table,
     quiet_option,
     run_dir_option,
+    say_over_context,
     trace_or_dataset_argument,
 )
 from agentx.cli._fleet import engine_options, routing_options
@@ -163,8 +164,6 @@ def command(
         replay_chunks,
         write_calls,
     )
-    from agentx.traces.io import read_trace, read_trace_columns
-    from agentx.traces.transform import scale_load
 
     if decode_batch is not None and interactivity is not None:
         raise UsageError("give --decode-batch or --interactivity, not both")
@@ -206,31 +205,16 @@ def command(
             catalog_version=cat.version, hw=hw, model=model_name,
         )  # fmt: skip
     phases = Phases("replay", 4, enabled=False if quiet else None)
-    phases.step("reading the trace")
-    if load_scale == 1.0 and over_context == "warn":
-        # only the columns pricing and the KV model read stay in memory (every row is validated)
-        # session ids as UInt32 codes in the ids' order (4 B per call, written back as the ids)
-        tr = read_trace_columns(
-            trace, [*TRACE_COLUMNS, *(KV_COLUMNS if kv_tiers else ())], session_codes=True
-        )
-    else:  # the transforms rewrite sessions and compactions: they see the whole trace
-        tr = read_trace(trace)
-    session_names = tr.session_names
-    tr, context = apply_over_context(tr, cfg.model.max_context_tokens, over_context, quiet=quiet)
-    tr = scale_load(tr, load_scale)
-    operating_point = None
-    if interactivity is not None:
-        from agentx.replay.interactivity import decode_context_tokens, with_interactivity
+    meta = {"agentx.run_kind": "replay", "agentx.table": "calls"}
+    streamed = load_scale == 1.0 and over_context == "warn" and interactivity is None
+    if streamed:  # a trace too large for memory replays out of core (same results)
+        from agentx.replay.outofcore import OUT_OF_CORE_ROWS
+        from agentx.traces.partitions import trace_rows
 
-        cfg, operating_point = with_interactivity(
-            cfg, interactivity, decode_context_tokens(tr.calls)
-        )
-    kv = None
-    if kv_tiers:
-        from agentx.kv import replay_tiers
-
-        phases.step("placing KV blocks in HBM/DRAM/SSD")
-        kv = replay_tiers(tr, cfg)
+        streamed = (trace_rows(trace) or 0) > OUT_OF_CORE_ROWS
+    tr = kv = operating_point = None
+    if not streamed:
+        tr, kv, cfg, operating_point, context = _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases)  # fmt: skip
     phases.step("pricing the four stages")
     with contextlib.ExitStack() as stack:
         # calls.parquet streams into the run's temporary folder; the run appears whole or not at all
@@ -242,17 +226,34 @@ def command(
         calls_path = (
             folder / "calls.parquet" if folder is not None and calls_mode != "none" else None
         )
-        # Partitions are priced, written as row groups of calls.parquet and dropped as they come.
-        parts = replay_chunks(tr.calls, cfg, kv.per_call if kv is not None else None, chunk_rows)
-        meta = {"agentx.run_kind": "replay", "agentx.table": "calls"}
-        cols = calls_columns(calls_mode, tr.calls.columns + list(_priced_columns(kv)))
-        kv_summary = kv.summary if kv is not None else None
-        # from here the trace and the per-call KV outcome live only in the partition generator,
-        # which lets go of them after the last partition, before the merge's whole-trace figures
-        del tr, kv
-        result = merge_partials(
-            write_calls(parts, calls_path, meta, cols, session_names), cfg, kv_summary
-        )
+        result = None
+        if streamed:
+            from agentx.replay.outofcore import replay_file
+            from agentx.traces.partitions import NotStreamable
+
+            read = [*TRACE_COLUMNS, *(KV_COLUMNS if kv_tiers else ())]
+            cols = calls_columns(calls_mode, read + list(_priced_columns(kv_tiers)))
+            try:
+                result = replay_file(trace, cfg, kv_tiers=kv_tiers, calls_path=calls_path,
+                                     meta=meta, columns=cols, rows=chunk_rows)  # fmt: skip
+                over = {"calls_over": result.summary["calls_over_max_context"], "compactions": 0}
+                say_over_context(over, cfg.model.max_context_tokens, "warn", quiet=quiet)
+            except NotStreamable:  # read whole: its errors (or its layout) need the whole file
+                tr, kv, cfg, operating_point, context = _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases)  # fmt: skip
+        if result is None:
+            # Partitions are priced, written as row groups of calls.parquet and dropped as they come.
+            per_call = kv.per_call if kv is not None else None
+            parts = replay_chunks(tr.calls, cfg, per_call, chunk_rows)
+            cols = calls_columns(
+                calls_mode, tr.calls.columns + list(_priced_columns(kv is not None))
+            )
+            kv_summary, session_names = kv.summary if kv is not None else None, tr.session_names
+            # from here the trace and the per-call KV outcome live only in the partition generator,
+            # which lets go of them after the last partition, before the merge's whole-trace figures
+            tr = kv = per_call = None
+            result = merge_partials(
+                write_calls(parts, calls_path, meta, cols, session_names), cfg, kv_summary
+            )
         note = (result.summary.get("kv_tiers") or {}).get("block_size_note")
         if note and not quiet:
             click.echo(f"note: {note}", err=True)
@@ -296,10 +297,44 @@ def command(
 KV_COLUMNS = ("is_compaction", "shared_prefix_tokens", "block_size_tokens", "block_hashes")
 
 
-def _priced_columns(kv) -> tuple[str, ...]:
+def _priced_columns(kv_tiers: bool) -> tuple[str, ...]:
+    from agentx.kv.tiers import PER_CALL
     from agentx.replay.replay import CALL_COLUMNS
 
-    return (*CALL_COLUMNS, *(kv.per_call.columns if kv is not None else ()))
+    return (*CALL_COLUMNS, *(PER_CALL if kv_tiers else ()))
+
+
+def _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases):
+    """The in-memory replay's inputs: the trace, its KV tier outcome, the operating point."""
+    from agentx.replay.replay import TRACE_COLUMNS
+    from agentx.traces.io import read_trace, read_trace_columns
+    from agentx.traces.transform import scale_load
+
+    phases.step("reading the trace")
+    if load_scale == 1.0 and over_context == "warn":
+        # only the columns pricing and the KV model read stay in memory (every row is validated)
+        # session ids as UInt32 codes in the ids' order (4 B per call, written back as the ids)
+        tr = read_trace_columns(
+            trace, [*TRACE_COLUMNS, *(KV_COLUMNS if kv_tiers else ())], session_codes=True
+        )
+    else:  # the transforms rewrite sessions and compactions: they see the whole trace
+        tr = read_trace(trace)
+    tr, context = apply_over_context(tr, cfg.model.max_context_tokens, over_context, quiet=quiet)
+    tr = scale_load(tr, load_scale)
+    operating_point = None
+    if interactivity is not None:
+        from agentx.replay.interactivity import decode_context_tokens, with_interactivity
+
+        cfg, operating_point = with_interactivity(
+            cfg, interactivity, decode_context_tokens(tr.calls)
+        )
+    kv = None
+    if kv_tiers:
+        from agentx.kv import replay_tiers
+
+        phases.step("placing KV blocks in HBM/DRAM/SSD")
+        kv = replay_tiers(tr, cfg)
+    return tr, kv, cfg, operating_point, context
 
 
 def _print(result) -> None:

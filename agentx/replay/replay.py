@@ -178,22 +178,51 @@ def merge_partials(parts, cfg: ServingConfig, kv_summary: dict | None = None) ->
         sums += p.sums
     if calls is None:
         calls = replay_partition(_empty_calls(), cfg).calls
-    n = calls.height
-    tokens = {c: sum(p.tokens[c] for p in parts) for c in TRACE_COLUMNS[4:]}
-    totals = {st: {k: float(sums[i, j]) for j, k in enumerate(KEYS)} for i, st in enumerate(STAGES)}
-    t_all = sum(v["time_s"] for v in totals.values())
-    e_all = sum(v["energy_j"] for v in totals.values())
+    # one contiguous float array per column: the peak and the quantiles read whole columns
+    ttft, decode = (calls.get_column(c).to_numpy().astype(np.float64) for c in LATENCY)
+    latency = {
+        c: dict(zip(("p50", "p90", "p99"), quantiles(a, QUANTILES), strict=True))
+        for c, a in zip(LATENCY, (ttft, decode), strict=True)
+    }
+    totals = Totals(
+        calls=calls.height,
+        sums=sums,
+        tokens={c: sum(p.tokens[c] for p in parts) for c in TRACE_COLUMNS[4:]},
+        sessions=sum(p.sessions for p in parts),
+        over_context=sum(p.over_context for p in parts),
+    )
+    resident = resident_context(calls, ttft + decode, cfg.decode_batch)
+    return replay_result(calls, cfg, totals, latency, resident, kv_summary)
+
+
+@dataclass
+class Totals:
+    """What the partials of a replay add up to (``merge_partials``, streamed replays)."""
+
+    calls: int
+    sums: np.ndarray  # stage × KEYS
+    tokens: dict[str, int]
+    sessions: int
+    over_context: int
+
+
+def replay_result(calls, cfg, totals: Totals, latency, resident, kv_summary) -> ReplayResult:
+    """The stage table, footprint and summary of a replay from its totals, latency quantiles
+    and resident KV peak ``(tokens, sequences)``; ``calls`` is passed through."""
+    sums, tokens, n = totals.sums, totals.tokens, totals.calls
+    stage_totals = {
+        st: {k: float(sums[i, j]) for j, k in enumerate(KEYS)} for i, st in enumerate(STAGES)
+    }
+    t_all = sum(v["time_s"] for v in stage_totals.values())
+    e_all = sum(v["energy_j"] for v in stage_totals.values())
     out_tokens = float(tokens["output_tokens"])
-    for v in totals.values():
+    for v in stage_totals.values():
         v["arithmetic_intensity"] = v["flops"] / v["hbm_bytes"] if v["hbm_bytes"] > 0 else 0.0
         v["time_share"] = v["time_s"] / t_all if t_all > 0 else 0.0
         v["energy_share"] = v["energy_j"] / e_all if e_all > 0 else 0.0
         v["j_per_output_token"] = v["energy_j"] / out_tokens if out_tokens > 0 else 0.0
-    stage_df = pl.DataFrame([{"stage": st, **totals[st]} for st in STAGES])
-
-    # one contiguous float array per column: the peak and the quantiles read whole columns
-    ttft, decode = (calls.get_column(c).to_numpy().astype(np.float64) for c in LATENCY)
-    tokens_res, seqs = resident_context(calls, ttft + decode, cfg.decode_batch)
+    stage_df = pl.DataFrame([{"stage": st, **stage_totals[st]} for st in STAGES])
+    tokens_res, seqs = resident
     fp = footprint_per_gpu(cfg, tokens_res, sequences=seqs or None)
     fp_df = pl.DataFrame(fp.as_rows())
     coef = coefficients(cfg)
@@ -204,22 +233,19 @@ def merge_partials(parts, cfg: ServingConfig, kv_summary: dict | None = None) ->
         "gpus": cfg.gpus,
         "decode_batch": cfg.decode_batch,
         "calls": n,
-        "sessions": sum(p.sessions for p in parts),
+        "sessions": totals.sessions,
         "tokens": tokens,
-        "stages": totals,
+        "stages": stage_totals,
         "total_time_s": t_all,
         "total_energy_j": e_all,
         "j_per_output_token": e_all / out_tokens if out_tokens > 0 else 0.0,
         "average_power_w_per_gpu": e_all / (t_all * cfg.gpus) if t_all > 0 else 0.0,
-        "latency_s": {
-            c: dict(zip(("p50", "p90", "p99"), quantiles(a, QUANTILES), strict=True))
-            for c, a in zip(LATENCY, (ttft, decode), strict=True)
-        },
+        "latency_s": latency,
         "hbm_peak_bytes_per_gpu": fp.total_bytes,
         "hbm_capacity_bytes_per_gpu": fp.capacity_bytes,
         "kv_fits_in_hbm": fp.fits,
         "kv_resident_tokens": tokens_res,
-        "calls_over_max_context": sum(p.over_context for p in parts),
+        "calls_over_max_context": totals.over_context,
         "kv_resident_sequences": seqs,
         "footprint": {r["component"]: r["bytes_per_gpu"] for r in fp.as_rows()},
         "energy_model": ENERGY_MODEL
