@@ -217,18 +217,24 @@ def time_order(t: np.ndarray, session: np.ndarray, call_index: pl.Series) -> np.
     """Rows by (t, session, call_index), equal keys in row order (a stable multi-key sort):
     one float sort, then only the rows whose time another row shares are sorted again."""
     row = np.argsort(t)  # not stable: every tie is re-sorted below
-    ts = t[row]
-    eq = ts[1:] == ts[:-1]
-    if eq.any():
-        member = np.zeros(t.size, bool)
-        member[1:] = eq
-        member[:-1] |= eq
-        pos = np.flatnonzero(member)
-        group = np.cumsum(np.concatenate(([True], ~eq)))[pos]
-        r = row[pos]
-        ci = call_index.gather(r).to_numpy()
-        row[pos] = r[np.lexsort((r, ci, session[r], group))]
+    resort_ties(row, t[row], lambda r: (call_index.gather(r).to_numpy(), session[r]))
     return row.astype(np.int32) if t.size < 2**31 else row
+
+
+def resort_ties(order: np.ndarray, ts: np.ndarray, keys=lambda r: ()) -> None:
+    """Put each run of equal sorted values ``ts`` of ``order`` back in order of ``keys(rows)``
+    (np.lexsort's order: last key most significant), then of row, in place: with one fast
+    unstable sort before it, a stable multi-key sort at a third of the cost."""
+    eq = ts[1:] == ts[:-1]
+    if not eq.any():
+        return
+    member = np.zeros(ts.size, bool)
+    member[1:] = eq
+    member[:-1] |= eq
+    pos = np.flatnonzero(member)
+    group = np.cumsum(np.concatenate(([True], ~eq)))[pos]
+    r = order[pos]
+    order[pos] = r[np.lexsort((r, *keys(r), group))]
 
 
 def _chain_spt(keys: CallKeys, bs: int, share: bool) -> np.ndarray:
