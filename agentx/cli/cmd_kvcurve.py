@@ -96,7 +96,9 @@ def command(trace, hw, model_name, gpus, kv_precision, block_size_tokens, policy
     from agentx.kv.blocks import MAX_REFS
     from agentx.kv.curve import curve as kv_curve
     from agentx.replay.config import make_config
-    from agentx.traces.io import read_trace
+    from agentx.cli.cmd_replay import KV_COLUMNS
+    from agentx.replay.replay import TRACE_COLUMNS
+    from agentx.traces.io import read_trace_columns
 
     if output is not None:
         check_output(output, [trace, *catalog_files])
@@ -114,7 +116,8 @@ def command(trace, hw, model_name, gpus, kv_precision, block_size_tokens, policy
         dram_bytes=None if dram_gb is None else dram_gb * GB,
         ssd_bytes=None if ssd_tb is None else ssd_tb * 1e12,
     )
-    tr = read_trace(trace)
+    # the columns the KV model reads, every row validated; session ids as UInt32 codes
+    tr = read_trace_columns(trace, [*TRACE_COLUMNS, *KV_COLUMNS], session_codes=True)
     max_block_refs = MAX_REFS if max_block_refs is None else max_block_refs
     curve, kv = kv_curve(tr, cfg, grid, capacities=caps, block_size_tokens=block_size_tokens,
                          policy=policy, write_policy=write_policy, max_refs=max_block_refs)  # fmt: skip
