@@ -169,7 +169,8 @@ def test_exact_messages_for_common_mistakes(tmp_path):
     )
 
 
-def test_token_sum_past_int64_is_one_line(tmp_path):
+def test_token_sum_past_int64_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTX_MAX_CALL_TOKENS", str(2**63 - 1))  # reach the int64 guard
     lines = CASES["claude-code"].read_text().splitlines()
     rec = json.loads(lines[3])
     rec["message"]["usage"].update(
@@ -184,6 +185,31 @@ def test_token_sum_past_int64_is_one_line(tmp_path):
         f"Error: {bad}: line 4: field 'message.usage': expected a prompt below 2^63 tokens, "
         f"got {3 * 2**62} (input + cache creation + cache read)\n",
     )
+
+
+@pytest.mark.parametrize("huge", ["input_tokens", "all three"])
+def test_prompt_past_the_call_token_limit_names_line_and_field(tmp_path, huge):
+    lines = CASES["claude-code"].read_text().splitlines()
+    rec = json.loads(lines[3])
+    usage = rec["message"]["usage"]
+    if huge == "input_tokens":  # one field alone is past the limit: that field is named
+        usage["input_tokens"] = 2**32 + 1
+        field, n = "message.usage.input_tokens", 2**32 + 1
+    else:  # each field below it, their sum (the call's prompt) past it: the usage is named
+        usage.update(
+            input_tokens=2**31, cache_creation_input_tokens=2**31, cache_read_input_tokens=1
+        )
+        field, n = "message.usage", 2**32 + 1
+    lines[3] = json.dumps(rec)
+    bad = tmp_path / "s.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+    r = _run("claude-code", bad, tmp_path / "o.parquet")
+    assert (r.exit_code, r.output) == (
+        1,
+        f"Error: {bad}: line 4: field '{field}': {n:,} tokens in one call is past the limit "
+        "of 4,294,967,296 (set AGENTX_MAX_CALL_TOKENS to raise it, if the machine has the memory)\n",
+    )
+    assert not (tmp_path / "o.parquet").exists()
 
 
 def test_broken_otlp_document_names_its_own_line(tmp_path):

@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from agentx.errors import InputError
+from agentx.errors import InputError, one_line
 from agentx.io import regular_file
+from agentx.limits import check
 from agentx.traces import schema as S
 from agentx.traces.io import Trace
 
@@ -60,9 +61,22 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def located(path: Path, where: str | None, field: str) -> str:
+    """``file: line N: field 'x'``, as ``InputError`` names a place (for other error kinds)."""
+    named = [one_line(path), *([one_line(where)] if where else []), f"field '{one_line(field)}'"]
+    return ": ".join(named)
+
+
 def count(value: object, path: Path, where: str | None, field: str) -> int:
-    """A non-negative integer token count (JSON ``true`` and ``3.0`` are refused)."""
+    """A non-negative integer token count (JSON ``true`` and ``3.0`` are refused). A count past
+    the per-call token limit stops here, naming its line and field, not later as a trace row."""
     if type(value) is int and 0 <= value < 1 << 63:
+        named = [
+            one_line(path),
+            *([one_line(where)] if where else []),
+            f"field '{one_line(field)}'",
+        ]
+        check("call_tokens", value, ": ".join(named))
         return value
     if value is None:
         raise InputError(

@@ -25,8 +25,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentx.errors import InputError
+from agentx.limits import check
 from agentx.traces.importers._agentlog import Calls, assemble, iso_seconds, json_lines, source_files
-from agentx.traces.importers._common import count
+from agentx.traces.importers._common import count, located
 from agentx.traces.io import Trace
 
 USAGE = "message.usage"
@@ -164,4 +165,5 @@ def _usage(msg: dict, path: Path, where: str) -> tuple[int, int, int]:
             where=where,
             field=USAGE,
         )
+    check("call_tokens", fresh + made + read, located(path, where, USAGE))  # the call's prompt
     return fresh + made, read, out
