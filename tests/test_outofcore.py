@@ -196,8 +196,10 @@ def _cli(path, out, *extra, env=None):
 
 
 @pytest.mark.parametrize(
-    "extra", [(), ("--no-kv-tiers", "--calls", "summary"), ("--chunk-rows", "77")]
-)
+    "extra",
+    [(), ("--no-kv-tiers", "--calls", "summary"), ("--chunk-rows", "77"),
+     ("--max-block-refs", "6000")],  # re-blocked: the streamed count picks the same size
+)  # fmt: skip
 def test_cli_switches_out_of_core_past_the_row_limit(tmp_path, traces, monkeypatch, extra):
     a = _cli(traces[2500], tmp_path / "a", *extra)
     monkeypatch.setattr("agentx.replay.outofcore.OUT_OF_CORE_ROWS", 100)
@@ -214,6 +216,8 @@ def test_cli_switches_out_of_core_past_the_row_limit(tmp_path, traces, monkeypat
     ).read_bytes()
     sa, sb = (json.loads((tmp_path / x / "summary.json").read_text()) for x in "ab")
     assert_close(sb, sa)
+    if "--max-block-refs" in extra:
+        assert sa["kv_tiers"]["block_size_note"].startswith("re-blocked from 64 to ")
 
 
 def test_cli_falls_back_for_hashed_traces_and_says_the_same_errors(
@@ -276,3 +280,13 @@ def test_cli_bad_chunk_rows_out_of_core_says_the_same(tmp_path, traces, monkeypa
     # (in memory the over-context warning of the read comes first; out of core nothing is read)
     assert got.output.splitlines()[-1] == want.output.splitlines()[-1]
     assert got.output.splitlines()[-1] == "Error: --chunk-rows must be positive, got 0"
+
+
+def test_cli_bad_block_budget_out_of_core_says_the_same(tmp_path, traces, monkeypatch):
+    want = _cli(traces[300], tmp_path / "a", "--max-block-refs", "0")
+    monkeypatch.setattr("agentx.replay.outofcore.OUT_OF_CORE_ROWS", 10)
+    got = _cli(traces[300], tmp_path / "b", "--max-block-refs", "0")
+    assert got.exit_code == want.exit_code == 2
+    assert got.output.splitlines()[-1] == want.output.splitlines()[-1]
+    assert got.output.splitlines()[-1] == "Error: --max-block-refs must be positive, got 0"
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

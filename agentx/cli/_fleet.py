@@ -88,8 +88,8 @@ def engine_options(f):
                 "--max-block-refs",
                 type=int,
                 default=None,
-                help="KV block references one replica's task holds at most (~16 B each with "
-                "lru; default 300 M); past it that replica's block size doubles until it fits.",
+                help="KV block references one instance (or one replica's task) holds at most "
+                "(~16 B each with lru; default 300 M); past it the block size doubles until it fits.",
             ),
         )
     ):

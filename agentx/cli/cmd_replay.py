@@ -214,7 +214,7 @@ def command(
         streamed = (trace_rows(trace) or 0) > OUT_OF_CORE_ROWS
     tr = kv = operating_point = None
     if not streamed:
-        tr, kv, cfg, operating_point, context = _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases)  # fmt: skip
+        tr, kv, cfg, operating_point, context = _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases, max_block_refs)  # fmt: skip
     phases.step("pricing the four stages")
     with contextlib.ExitStack() as stack:
         # calls.parquet streams into the run's temporary folder; the run appears whole or not at all
@@ -235,11 +235,12 @@ def command(
             cols = calls_columns(calls_mode, read + list(_priced_columns(kv_tiers)))
             try:
                 result = replay_file(trace, cfg, kv_tiers=kv_tiers, calls_path=calls_path,
-                                     meta=meta, columns=cols, rows=chunk_rows)  # fmt: skip
+                                     meta=meta, columns=cols, rows=chunk_rows,
+                                     max_refs=max_block_refs)  # fmt: skip
                 over = {"calls_over": result.summary["calls_over_max_context"], "compactions": 0}
                 say_over_context(over, cfg.model.max_context_tokens, "warn", quiet=quiet)
             except NotStreamable:  # read whole: its errors (or its layout) need the whole file
-                tr, kv, cfg, operating_point, context = _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases)  # fmt: skip
+                tr, kv, cfg, operating_point, context = _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases, max_block_refs)  # fmt: skip
         if result is None:
             # Partitions are priced, written as row groups of calls.parquet and dropped as they come.
             per_call = kv.per_call if kv is not None else None
@@ -304,7 +305,7 @@ def _priced_columns(kv_tiers: bool) -> tuple[str, ...]:
     return (*CALL_COLUMNS, *(PER_CALL if kv_tiers else ()))
 
 
-def _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases):
+def _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases, max_refs):
     """The in-memory replay's inputs: the trace, its KV tier outcome, the operating point."""
     from agentx.replay.replay import TRACE_COLUMNS
     from agentx.traces.io import read_trace, read_trace_columns
@@ -331,9 +332,10 @@ def _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, 
     kv = None
     if kv_tiers:
         from agentx.kv import replay_tiers
+        from agentx.kv.blocks import MAX_REFS
 
         phases.step("placing KV blocks in HBM/DRAM/SSD")
-        kv = replay_tiers(tr, cfg)
+        kv = replay_tiers(tr, cfg, max_refs=MAX_REFS if max_refs is None else max_refs)
     return tr, kv, cfg, operating_point, context
 
 

@@ -33,8 +33,7 @@ def fit_block_size(
     n_in: np.ndarray, reused: np.ndarray, bs: int, use_hashes: bool, max_refs: int
 ) -> tuple[int, str]:
     """``bs`` doubled until the stream has at most ``max_refs`` references, and why."""
-    if max_refs <= 0:
-        raise UsageError(f"--max-block-refs must be positive, got {max_refs}")
+    _check_budget(max_refs)
     n_in, reused = _i64(n_in), _i64(reused)
     if ref_count(n_in, reused, bs, use_hashes) <= max_refs:
         return bs, ""
@@ -45,6 +44,7 @@ def fit_block_size(
 def fit_counted(count, bs: int, top: int, max_refs: int) -> tuple[int, str]:
     """``fit_block_size`` given ``count(b)``, the references at block size ``b``, and ``top``,
     the longest prompt (for a caller that has counted every candidate size already)."""
+    _check_budget(max_refs)
     first = int(count(bs))
     if first <= max_refs:
         return bs, ""
@@ -78,6 +78,11 @@ def pick_block_size(counts: np.ndarray, bs: int, max_refs: int) -> tuple[int, st
         f"re-blocked from {bs} to {bs << j} tokens: {first:,} block references exceed the "
         f"budget of {max_refs:,} (--max-block-refs); {n:,} at {bs << j}"
     )
+
+
+def _check_budget(max_refs: int) -> None:
+    if max_refs <= 0:
+        raise UsageError(f"--max-block-refs must be positive, got {max_refs}")
 
 
 def _i64(a) -> np.ndarray:

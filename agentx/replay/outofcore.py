@@ -52,10 +52,12 @@ EVENT = np.dtype([("t", "<f8"), ("ctx", "<f8")])
 
 
 def replay_file(path, cfg, *, kv_tiers=True, capacities=None, calls_path=None, meta=None,
-                columns=None, rows: int = CHUNK_ROWS, bucket_rows: int = BUCKET_ROWS):  # fmt: skip
+                columns=None, rows: int = CHUNK_ROWS, bucket_rows: int = BUCKET_ROWS,
+                max_refs: int | None = None):  # fmt: skip
     """``ReplayResult`` (no calls frame) of the trace at ``path``; raises ``NotStreamable``
     when the trace must be read whole (a hashed trace with KV tiers, a broken or unusual file).
-    ``capacities``: the KV tiers' (default ``capacities_for(cfg)``), as ``replay_tiers``."""
+    ``capacities``: the KV tiers' (default ``capacities_for(cfg)``), as ``replay_tiers``;
+    ``max_refs``: its block-reference budget (default ``MAX_REFS``)."""
     from agentx.replay.footprint import check_fits
 
     check_fits(cfg)
@@ -74,7 +76,8 @@ def replay_file(path, cfg, *, kv_tiers=True, capacities=None, calls_path=None, m
             from agentx.kv.stream import KEEP, KvScan
             from agentx.traces.partitions import session_partitions
 
-            kv = KvScan(folder, bounds, 64, _max_refs(), True)
+            budget = _max_refs() if max_refs is None else max_refs
+            kv = KvScan(folder, bounds, 64, budget, True)
             for off, df in session_partitions(path, list(KEEP), rows):
                 kv.add(off, df)
             kv.run(capacities or capacities_for(cfg), cfg.kv_bytes_per_token)
