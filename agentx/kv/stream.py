@@ -18,11 +18,10 @@ outcomes are equal call for call (tests/test_outofcore.py).
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 import polars as pl
 
-from agentx.kv.blocks import fit_counted
+from agentx.kv.budget import fit_counted, ref_counts
 from agentx.replay.bounded import Spill, bucket_of
 from agentx.traces.partitions import compact
 
@@ -36,20 +35,6 @@ KEEP = ("session_id", "agent_id", "call_index", "t_start_s", "input_tokens",
         "reused_prefix_tokens", "is_compaction", "shared_prefix_tokens")  # fmt: skip
 
 
-@nb.njit(cache=True)
-def _ref_counts(n_in, reused, bs0, counts, tail):  # pragma: no cover (compiled)
-    """counts[k] += refs at block size bs0 * 2**k while the block is at most the prompt;
-    past it a call has (R > 0) + (N > 0) references at every larger size (tail[k] on)."""
-    for i in range(n_in.size):
-        n, r, b, k = n_in[i], reused[i], bs0, 0
-        while b <= n and k < counts.size:
-            counts[k] += (r + b - 1) // b + (n + b - 1) // b - r // b
-            b *= 2
-            k += 1
-        if k < counts.size:
-            tail[k] += (r > 0) + (n > 0)
-
-
 class KvScan:
     def __init__(self, folder, bounds, bs: int, max_refs: int, share_prefix: bool):
         self.folder, self.bounds, self.bs0 = folder, bounds, int(bs)
@@ -57,7 +42,6 @@ class KvScan:
         self.calls = Spill(folder, "calls", bounds.size + 1, CALL)
         self.n_sizes = max(1, min(N_SIZES, 62 - int(self.bs0).bit_length()))
         self.counts = np.zeros(self.n_sizes, np.int64)
-        self.tail = np.zeros(self.n_sizes, np.int64)
         self.chain_max, self.chain_calls, self.sessions, self.spt_values = [], [], [], set()
         self.n_chain = self.n_sess = self.n = self.top = self.in_sum = self.re_sum = 0
         self.offsets: list[int] = []
@@ -85,7 +69,7 @@ class KvScan:
         np.maximum.at(cmax, chain, n_in)
         self.chain_max.append(cmax)
         self.chain_calls.append(np.bincount(chain, minlength=nc))
-        _ref_counts(n_in, reused, self.bs0, self.counts, self.tail)
+        self.counts += ref_counts(n_in, reused, self.bs0, self.n_sizes, False)
         spt = k["spt"].to_numpy().astype(np.int64)
         self.spt_values.update(np.unique(spt).tolist())
         self.sessions.append(compact(sid.filter(first)))  # in the order of their local ids
@@ -108,7 +92,7 @@ class KvScan:
         self.re_sum += int(reused.sum())
 
     def fit(self) -> tuple[int, str]:
-        total = self.counts + np.cumsum(self.tail)
+        total = self.counts
         bs0 = self.bs0
         return fit_counted(
             lambda b: int(total[(b // bs0).bit_length() - 1]), bs0, self.top, self.max_refs
