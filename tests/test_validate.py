@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _docblock import assert_block_current
 from click.testing import CliRunner
 
 from agentx.catalog import load_catalog
@@ -301,20 +302,8 @@ def rows_markdown(points, records) -> str:
 
 
 def test_validation_doc_row_table_is_current(measured):
-    import os
-    import re
-
     recs, _ = validate_points(CAT, measured[0])
-    table = rows_markdown(measured[0], recs)
-    text = DOC.read_text(encoding="utf-8")
-    if os.environ.get("AGENTX_REGEN_DOCS"):
-        text = re.sub(
-            re.escape(BEGIN) + ".*?" + re.escape(END), f"{BEGIN}\n{table}\n{END}", text, flags=re.S
-        )
-        DOC.write_text(text, encoding="utf-8")
-    m = re.search(re.escape(BEGIN) + r"\n(.*?)\n" + re.escape(END), text, flags=re.S)
-    assert m, f"{DOC} lacks the {BEGIN} … {END} block"
-    assert m.group(1) == table, "docs/validation.md is stale: rerun with AGENTX_REGEN_DOCS=1"
+    assert_block_current(DOC, BEGIN, END, rows_markdown(measured[0], recs))
 
 
 def test_unservable_layout_names_row_and_field(tmp_path):

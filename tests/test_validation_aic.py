@@ -7,11 +7,10 @@ docs/validation.md is checked against the numbers computed here; regenerate it w
 
 from __future__ import annotations
 
-import os
-import re
 from pathlib import Path
 
 import pytest
+from _docblock import assert_block_current
 
 from agentx.catalog import load_catalog
 from agentx.replay import make_config
@@ -91,16 +90,7 @@ def test_aiconfigurator_points_within_tolerance():
 
 
 def test_validation_doc_table_is_current():
-    table = markdown(compute_rows())
-    text = DOC.read_text(encoding="utf-8")
-    if os.environ.get("AGENTX_REGEN_DOCS"):
-        text = re.sub(
-            re.escape(BEGIN) + ".*?" + re.escape(END), f"{BEGIN}\n{table}\n{END}", text, flags=re.S
-        )
-        DOC.write_text(text, encoding="utf-8")
-    m = re.search(re.escape(BEGIN) + r"\n(.*?)\n" + re.escape(END), text, flags=re.S)
-    assert m, f"{DOC} lacks the {BEGIN} … {END} block"
-    assert m.group(1) == table, "docs/validation.md is stale: rerun with AGENTX_REGEN_DOCS=1"
+    assert_block_current(DOC, BEGIN, END, markdown(compute_rows()))
 
 
 @pytest.mark.parametrize("hw", ["h200", "b200"])
