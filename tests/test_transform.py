@@ -130,3 +130,14 @@ def test_replay_load_scale_multiplies_calls(sample_trace):
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["calls"] == 2 * 445
+
+
+@pytest.mark.parametrize("k", [1.9999999999999996, 2.0000000000000004])
+def test_scale_one_ulp_from_an_integer_is_that_integer(k, sample_trace):
+    # Hypothesis found k = 2 - 1 ulp dropping a session: floor(n * 0.99999...) = n - 1
+    from agentx.traces.io import read_trace
+
+    tr = read_trace(sample_trace)
+    out = scale_load(tr, k)
+    assert out.calls.height == 2 * tr.calls.height
+    assert out.calls["session_id"].n_unique() == 2 * tr.calls["session_id"].n_unique()

@@ -57,7 +57,9 @@ def scale_load(trace: Trace, k: float) -> Trace:
         if j < whole:
             keep = ids
         else:  # the fractional copy: an evenly spread share ``frac`` of the sessions
-            keep = ids.filter(pl.Series(np.floor((rank + 1) * frac) > np.floor(rank * frac)))
+            # the 1e-9 keeps a k one ulp under an integer (1.9999999999999996) from losing a session
+            share = np.floor((rank + 1) * frac + 1e-9) > np.floor(rank * frac + 1e-9)
+            keep = ids.filter(pl.Series(share))
         part = df.filter(pl.col("session_id").is_in(keep.implode()))
         if j > 0:
             part = part.with_columns(
