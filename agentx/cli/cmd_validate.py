@@ -28,9 +28,9 @@ def spec_options(f):
     return click.option(
         "--draft-tokens",
         type=click.IntRange(1, 16),
-        default=1,
-        show_default=True,
-        help="Tokens drafted per step on MTP rows (DeepSeek MTP: 1 module).",
+        default=None,
+        help="Tokens drafted per step on MTP rows  [default: the row's launch recipe where "
+        "known (docs/validation.md), else 1]",
     )(f)
 
 
@@ -57,7 +57,7 @@ def command(points, acceptance, draft_tokens, catalog_files, as_json) -> None:
     cat = load_catalog(catalog_files)
     pts, skipped = read_points(points, cat)
     check_points(points, cat, pts)
-    spec = Speculation(draft_tokens, acceptance) if acceptance is not None else None
+    spec = Speculation(draft_tokens or 0, acceptance) if acceptance is not None else None
     recs, more = validate_points(cat, pts, spec)
     skipped = sorted(skipped + more, key=lambda s: s["row"])
     if as_json:

@@ -139,3 +139,38 @@ def engine_kv_tokens(cfg, recipe: Recipe) -> float:
     else:
         pool = memory - weights - other
     return max(pool, 0.0) / (cfg.kv_bytes_per_token * kv_share_per_gpu(cfg))
+
+
+# Tokens drafted per step (MTP modules, ``num_nextn_predict_layers`` / SGLang
+# ``speculative-num-steps``) by the launch recipe of each measured MTP configuration. Single
+# node: ``dsr1_fp8_b200_trt_mtp*.sh`` sets ``MTP=3`` (1 with attention DP) and
+# ``dsr1_fp8_mi355x_mtp.sh`` ``--speculative-num-steps 3``. Disaggregated: the srt-slurm
+# recipe each InferenceX master config entry names for that concurrency
+# (``.github/configs/nvidia-master.yaml`` on the run's date; the files themselves as copied into
+# ``benchmarks/multi_node/srt-slurm-recipes/`` at InferenceX 80d98084f, 2026-04-28).
+# Key: (hardware, precision, engine, ISL, concurrency).
+DISAGG_DRAFT_TOKENS = {
+    # sglang/dsr1/b200-fp4/1k1k/disagg/mtp/1k1k_mtp_maxtpt_0.yaml: speculative-num-steps 2
+    ("b200", "fp4", "dynamo-sglang", 1024, 1024): 2,
+    # trtllm/b200-fp4/1k1k/mtp/ctx3_gen5_dep4_batch512_eplb0_mtp1.yaml
+    ("b200", "fp4", "dynamo-trt", 1024, 10860): 1,
+    # trtllm/b200-fp4/8k1k/mtp/ctx5_gen2_dep8_batch32_eplb0_mtp3.yaml
+    ("b200", "fp4", "dynamo-trt", 8192, 658): 3,
+    # trtllm/b200-fp8/1k1k/mtp/ctx1_gen2_dep8_batch768_eplb0_mtp2_1600.yaml
+    ("b200", "fp8", "dynamo-trt", 1024, 1600): 2,
+    # trtllm/b200-fp8/8k1k/mtp/ctx4_gen1_dep8_batch128_eplb0_mtp2_1088.yaml
+    ("b200", "fp8", "dynamo-trt", 8192, 1088): 2,
+    # trtllm/gb200-fp4/1k1k/mtp/ctx3_gen5_dep4_batch768_eplb0_mtp1.yaml
+    ("gb200", "fp4", "dynamo-trt", 1024, 16130): 1,
+}
+
+
+def recipe_draft_tokens(
+    framework: str, hardware: str, precision: str, isl_tokens: int, concurrency: int, dp_attention
+) -> int | None:
+    """Tokens the run's launch recipe drafts per step, or None where no recipe was read."""
+    if framework == "trt" and hardware == "b200" and precision == "fp8":
+        return 1 if dp_attention else 3
+    if framework == "sglang" and hardware == "mi355x" and precision == "fp8":
+        return 3
+    return DISAGG_DRAFT_TOKENS.get((hardware, precision, framework, isl_tokens, concurrency))

@@ -16,7 +16,7 @@ import numpy as np
 from agentx.catalog.types import ServingConfig
 from agentx.replay.config import make_config
 from agentx.serving.points import BF16_KV_ENGINES, METRICS, Point, Worker
-from agentx.serving.recipes import Recipe, engine_kv_tokens, recipe_for
+from agentx.serving.recipes import Recipe, engine_kv_tokens, recipe_draft_tokens, recipe_for
 from agentx.serving.steady import (
     Speculation,
     benchmark_window_factor,
@@ -115,8 +115,22 @@ def _cfg(catalog, p: Point, w: Worker, pools: str, kv: str | None = None) -> Ser
     )
 
 
+def row_speculation(p: Point, spec: Speculation | None) -> Speculation:
+    """What a row ran: no speculation unless it is an MTP row and ``spec`` is given; a ``spec``
+    with ``draft_tokens`` 0 takes the row's launch recipe's draft length (else 1)."""
+    if spec is None or not p.spec:
+        return Speculation()
+    if spec.draft_tokens > 0:
+        return spec
+    w = p.worker or p.decode
+    d = recipe_draft_tokens(
+        p.framework, p.hardware, p.precision, p.isl_tokens, p.concurrency, w.dp_attention
+    )
+    return Speculation(d or 1, spec.acceptance)
+
+
 def deployment_for(catalog, p: Point, spec: Speculation | None = None) -> Deployment:
-    s = spec if (spec is not None and p.spec) else Speculation()
+    s = row_speculation(p, spec)
     if not p.disagg:
         r = _recipe(p)
         cfg = _cfg(catalog, p, p.worker, "aggregated", r.kv_precision)
