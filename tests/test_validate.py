@@ -56,8 +56,8 @@ DEFAULT_TARGETS = [
     ("tpot_ms", "median", 0.20, None),
     ("tpot_ms", "p90", 0.40, None),
     ("output_tok_s_per_gpu", "median", 0.20, None),
-    ("output_tok_s_per_gpu", "p90", 0.40, "output tok/s/GPU p90 51.8 % > 40 %"),
-    ("ttft_ms", "median", 0.35, "TTFT median 46.5 % > 35 %"),
+    ("output_tok_s_per_gpu", "p90", 0.40, None),
+    ("ttft_ms", "median", 0.35, None),
 ]
 
 
@@ -83,11 +83,19 @@ def cross_validated(measured):
     return pts, lo, rows
 
 
+# Round 4 (measured kernel times): the p90s are met; the medians, met before (11.5 %), are now
+# above the default-efficiency medians (11.2 %), i.e. the per-system fit on a system's other
+# engines transfers worse than the defaults (docs/validation.md, "After agentx calibrate").
 CV_TARGETS = [
-    ("tpot_ms", "median", 0.12, None),
+    ("tpot_ms", "median", 0.12, "TPOT LOGO median 13.1 % > 12 % (round 3: 11.5 %)"),
     ("tpot_ms", "p90", 0.25, None),
-    ("output_tok_s_per_gpu", "median", 0.12, None),
-    ("output_tok_s_per_gpu", "p90", 0.25, "output tok/s/GPU LOGO p90 25.6 % > 25 %"),
+    (
+        "output_tok_s_per_gpu",
+        "median",
+        0.12,
+        "output/GPU LOGO median 12.2 % > 12 % (round 3: 11.5 %)",
+    ),
+    ("output_tok_s_per_gpu", "p90", 0.25, None),
 ]
 
 

@@ -148,9 +148,7 @@ def iteration_cost(
         # The engine's grouped-GEMM kernel was measured at these shapes (serving.kernels):
         # its time replaces the routed experts' roofline math (tile padding and rank imbalance
         # are in the measurement); the weight-read bound below still holds at decode sizes.
-        # A calibrated compute scale (achieved matmul rate) applies to the measured kernel too.
         routed_s = m.num_moe_layers * moe_layer_s(kernel, tok) * (tok > 0)
-        routed_s = routed_s / cfg.system.calibrated_compute_scale
         other = 2.0 * tok * (lay.ffn_linear_params - m.active_routed_params)
         compute_s = attn_lin / f_attn + other / f_ffn + routed_s
     else:
@@ -160,11 +158,7 @@ def iteration_cost(
     mla = cfg.extra.get("mla_decode_latency")
     if mla is not None:
         # The decode-attention kernel cannot beat one sequence's measured latency (kernels.py).
-        # A calibrated floor scale (per-kernel latency) applies to the measured latency too.
-        t0, per_token = mla
-        sc = cfg.system.calibrated_floor_scale
-        lat = mla_decode_s((t0 * sc, per_token * sc), c + q, m.num_layers, e.kernel_floor_s)
-        lat = lat * (b > 0)
+        lat = mla_decode_s(mla, c + q, m.num_layers, e.kernel_floor_s) * (b > 0)
         attention_s = np.maximum(attention_s, lat)
     activation_s = act / hbm_kv
     comm_s = np.maximum(

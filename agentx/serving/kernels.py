@@ -22,7 +22,7 @@ Tables (milliseconds per MoE layer against the tokens entering the layer, balanc
   distribution balanced``): TRT-LLM 1.3.0rc20 (H200 ``moe_torch_flow_cutlass`` fp8_block,
   B200/B300 ``deepgemm`` fp8_block, B200 ``moe_torch_flow_min_latency`` nvfp4 = the TRTLLM
   backend) and SGLang 0.5.10 (H200 ``sglang_fused_moe_triton`` fp8_block).
-* AMD MI355X: aiter's own tuning records of its fused-MoE kernels for DeepSeek-V3 (ROCm/aiter
+* AMD MI355X: aiter's own tuning records (Kimi K2: ``kimik2_fp4_tuned_fmoe.csv``, 384 experts) of its fused-MoE kernels for DeepSeek-V3 (ROCm/aiter
   ``aiter/configs/model_configs/dsv3_fp4_tuned_fmoe.csv`` MXFP4 and
   ``a8w8_blockscale_tuned_fmoe_ds_v3.csv`` FP8 block-scale, ``cu_num 256``, column ``us``; the
   per-GPU expert slice ``inter_dim`` 256 is tp8, 512 tp4). aiter fuses the shared expert into
@@ -71,11 +71,18 @@ _MS: dict[tuple[str, tuple[int, int]], tuple] = {
     ("aiter-mi355x-mxfp4", (4, 1)): (0.31786, 0.46302, 0.70886, 1.17029, 2.09195),
     ("aiter-mi355x-fp8", (8, 1)): (0.35948, None, None, None, None),
     ("aiter-mi355x-fp8", (4, 1)): (0.67368, 0.87359, 1.29401, 2.30585, None),
+    # Kimi K2 (384 experts, top-8), W4A16 Marlin MoE of vLLM 0.19.0 (AIConfigurator; the mean
+    # of its two records per point)
+    ("aic-vllm-h200-kimi-int4-marlin", (8, 1)): (2.6505, 2.7393, 5.2206, 7.8527, 15.43),
+    # Kimi K2 (384 experts, top-8; aiter kimik2_fp4_tuned_fmoe.csv, shared fused: 385 / top-9)
+    ("aiter-mi355x-kimi-mxfp4", (8, 1)): (0.28984, 0.39535, 0.56203, 0.88684, 1.54195),
+    ("aiter-mi355x-kimi-mxfp4", (4, 1)): (0.48101, 0.62734, 0.83518, 1.22081, 2.04467),
 }
 SOURCES = {
     "aic": _AIC,
     "aiter-mi355x-mxfp4": _AITER_FP4,
     "aiter-mi355x-fp8": _AITER_FP8,
+    "aiter-mi355x-kimi-mxfp4": "ROCm/aiter e4048607 kimik2_fp4_tuned_fmoe.csv",
 }
 SHARED_IN_KERNEL = 8.0 / 9.0  # aiter fuses the shared expert: routed share of its FLOPs
 
@@ -84,18 +91,25 @@ SHARED_IN_KERNEL = 8.0 / 9.0  # aiter fuses the shared expert: routed share of i
 # B200 TRTLLM; SGLang B200/B300 --moe-runner-backend flashinfer_trtllm (TRT-LLM's kernels; the
 # FP8 block-scale table is DeepGEMM's, the nearest measured), H200 the Triton fused MoE; ATOM and
 # SGLang on MI355X aiter's fused MoE.
+# vLLM on MI355X (Kimi K2.5 MXFP4) runs aiter's fused MoE too (VLLM_ROCM_USE_AITER=1 with
+# the shared expert fused, kimik2.5_fp4_mi355x.sh); vLLM on H200 runs Kimi's W4A16 experts on
+# Marlin (kimik2.5_int4_h200.sh sets no MoE backend). On B200 the INT4 recipe selects FlashInfer's
+# INT4 MoE (VLLM_USE_FLASHINFER_MOE_INT4=1, in force since 2026-03-27), which has no table.
+_DSV3 = "deepseek-v3"
 _ENGINE_TABLE = {
-    ("trt", "h200", "fp8"): "aic-trt-h200-fp8-cutlass",
-    ("trt", "b200", "fp8"): "aic-trt-b200-fp8-deepgemm",
-    ("trt", "b200", "nvfp4"): "aic-trt-b200-nvfp4-trtllm",
-    ("sglang", "h200", "fp8"): "aic-sglang-h200-fp8-triton",
-    ("sglang", "b200", "fp8"): "aic-trt-b200-fp8-deepgemm",
-    ("sglang", "b300", "fp8"): "aic-trt-b300-fp8-deepgemm",
-    ("sglang", "b200", "nvfp4"): "aic-trt-b200-nvfp4-trtllm",
-    ("sglang", "mi355x", "mxfp4"): "aiter-mi355x-mxfp4",
-    ("atom", "mi355x", "mxfp4"): "aiter-mi355x-mxfp4",
-    ("sglang", "mi355x", "fp8"): "aiter-mi355x-fp8",
-    ("atom", "mi355x", "fp8"): "aiter-mi355x-fp8",
+    ("trt", "h200", _DSV3, "fp8"): "aic-trt-h200-fp8-cutlass",
+    ("trt", "b200", _DSV3, "fp8"): "aic-trt-b200-fp8-deepgemm",
+    ("trt", "b200", _DSV3, "nvfp4"): "aic-trt-b200-nvfp4-trtllm",
+    ("sglang", "h200", _DSV3, "fp8"): "aic-sglang-h200-fp8-triton",
+    ("sglang", "b200", _DSV3, "fp8"): "aic-trt-b200-fp8-deepgemm",
+    ("sglang", "b300", _DSV3, "fp8"): "aic-trt-b300-fp8-deepgemm",
+    ("sglang", "b200", _DSV3, "nvfp4"): "aic-trt-b200-nvfp4-trtllm",
+    ("sglang", "mi355x", _DSV3, "mxfp4"): "aiter-mi355x-mxfp4",
+    ("atom", "mi355x", _DSV3, "mxfp4"): "aiter-mi355x-mxfp4",
+    ("sglang", "mi355x", _DSV3, "fp8"): "aiter-mi355x-fp8",
+    ("atom", "mi355x", _DSV3, "fp8"): "aiter-mi355x-fp8",
+    ("vllm", "mi355x", "kimi-k2", "mxfp4"): "aiter-mi355x-kimi-mxfp4",
+    ("vllm", "h200", "kimi-k2", "int4"): "aic-vllm-h200-kimi-int4-marlin",
 }
 
 
@@ -104,8 +118,8 @@ def moe_kernel(
 ) -> tuple[str, tuple[int, int]] | None:
     """(table, (moe_tp, moe_ep)) measured for this engine and layout, or None (roofline).
     ``ep`` 1 means experts sliced over the ``tp`` GPUs; otherwise whole experts per GPU."""
-    table = _ENGINE_TABLE.get((framework, hardware, expert_format))
-    if table is None or model != "deepseek-v3":
+    table = _ENGINE_TABLE.get((framework, hardware, model, expert_format))
+    if table is None:
         return None
     split = (tp, 1) if ep <= 1 else (max(tp // ep, 1), ep)
     return (table, split) if (table, split) in _MS else None
