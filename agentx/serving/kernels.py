@@ -3,6 +3,8 @@
 1. Routed-MoE layers of a prefill-sized batch (``moe_kernel``, ``moe_layer_s``).
 2. MLA decode attention on AMD's aiter kernels (``mla_decode_latency``, ``mla_decode_s``).
 
+Both are achieved times already, so ``agentx calibrate``'s fitted scales do not rescale them.
+
 MoE layers.
 
 The roofline prices a MoE layer's expert GEMMs at the default compute efficiency (0.85 × the
