@@ -49,6 +49,7 @@ from agentx.replay.stages import (
     pair_layers,
 )
 from agentx.serving.collectives import collective_floor_s, ffn_all_reduce_bytes
+from agentx.serving.kernels import mla_decode_s, moe_layer_s
 
 MMA_M = 64.0  # rows per tensor-core MMA issue (wgmma m64 / tcgen05 M=64)
 
@@ -142,8 +143,23 @@ def iteration_cost(
     f_ffn = g * chip.flops_per_s(cfg.expert_compute_precision) * e.prefill.compute
     hbm_w = g * lay.hbm_bytes_per_s * e.decode_experts.memory
     hbm_kv = g * lay.hbm_bytes_per_s * e.decode_attention.memory
-    linear_s = np.maximum(attn_lin / f_attn + ffn_lin / f_ffn, wbytes / hbm_w)
+    kernel = cfg.extra.get("moe_kernel") if m.is_moe else None
+    if kernel is not None:
+        # The engine's grouped-GEMM kernel was measured at these shapes (serving.kernels):
+        # its time replaces the routed experts' roofline math (tile padding and rank imbalance
+        # are in the measurement); the weight-read bound below still holds at decode sizes.
+        routed_s = m.num_moe_layers * moe_layer_s(kernel, tok) * (tok > 0)
+        other = 2.0 * tok * (lay.ffn_linear_params - m.active_routed_params)
+        compute_s = attn_lin / f_attn + other / f_ffn + routed_s
+    else:
+        compute_s = attn_lin / f_attn + ffn_lin / f_ffn
+    linear_s = np.maximum(compute_s, wbytes / hbm_w)
     attention_s = np.maximum(att / (g * lay.att_flops_per_s * e.prefill.compute), kv / hbm_kv)
+    mla = cfg.extra.get("mla_decode_latency")
+    if mla is not None:
+        # The decode-attention kernel cannot beat one sequence's measured latency (kernels.py).
+        lat = mla_decode_s(mla, c + q, m.num_layers, e.kernel_floor_s) * (b > 0)
+        attention_s = np.maximum(attention_s, lat)
     activation_s = act / hbm_kv
     comm_s = np.maximum(
         su / (g * sysm.scale_up_bytes_per_s * e.communication),

@@ -9,12 +9,13 @@ no speculative decoding, not flagged saturated (SOURCES.md "Saturated points").
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from agentx.catalog.types import ServingConfig
 from agentx.replay.config import make_config
+from agentx.serving.kernels import mla_decode_latency, moe_kernel
 from agentx.serving.points import BF16_KV_ENGINES, METRICS, Point, Worker
 from agentx.serving.recipes import Recipe, engine_kv_tokens, recipe_draft_tokens, recipe_for
 from agentx.serving.steady import (
@@ -134,6 +135,13 @@ def deployment_for(catalog, p: Point, spec: Speculation | None = None) -> Deploy
     if not p.disagg:
         r = _recipe(p)
         cfg = _cfg(catalog, p, p.worker, "aggregated", r.kv_precision)
+        w, expert = p.worker, formats(p.model, p.precision, cfg.chip.vendor)[1]
+        kernel = moe_kernel(p.framework, p.hardware, p.model, expert, w.tp, w.ep)
+        mla = mla_decode_latency(p.hardware, cfg.model.attention)
+        extra = {"moe_kernel": kernel, "mla_decode_latency": mla}
+        extra = {k: v for k, v in extra.items() if v is not None}
+        if extra:
+            cfg = replace(cfg, extra={**cfg.extra, **extra})
         return Deployment(cfg=cfg, spec=s, recipe=r)
     return Deployment(
         cfg=None,

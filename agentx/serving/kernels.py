@@ -1,0 +1,171 @@
+"""Kernel times measured on the engines' own kernels, where the roofline misses them.
+
+1. Routed-MoE layers of a prefill-sized batch (``moe_kernel``, ``moe_layer_s``).
+2. MLA decode attention on AMD's aiter kernels (``mla_decode_latency``, ``mla_decode_s``).
+
+Both are achieved times already, so ``agentx calibrate``'s fitted scales do not rescale them.
+
+MoE layers.
+
+The roofline prices a MoE layer's expert GEMMs at the default compute efficiency (0.85 × the
+chip's best-shape matmul rate) with 64-row tile padding. Kernel benchmarks of DeepSeek-V3's
+MoE shapes (hidden 7168, expert intermediate 2048, 256 experts, top-8) show the grouped GEMMs
+of a prefill-sized batch run far below that: split over 8 GPUs by tensor parallelism
+("tp8 ep1") each GPU holds a 256-wide slice of every expert, so the up/gate GEMM has N = 512
+and the down GEMM K = 256 per expert, shapes that leave most of a tensor core's tile idle.
+At 8,192 tokens the measured layer takes 4.98 ms on H200 with TRT-LLM's CUTLASS flow against
+0.59 ms of roofline, and an expert-parallel layout (whole experts per GPU) 1.28 ms.
+
+Tables (milliseconds per MoE layer against the tokens entering the layer, balanced routing):
+
+* NVIDIA: NVIDIA AIConfigurator's collected kernel database (ai-dynamo/aiconfigurator
+  ``aic-core/src/aiconfigurator_core/systems/data/<gpu>/moe/<engine>/<version>/moe_perf.parquet``
+  at commit 095f58a5; rows ``hidden_size 7168, inter_size 2048, num_experts 256, topk 8,
+  distribution balanced``): TRT-LLM 1.3.0rc20 (H200 ``moe_torch_flow_cutlass`` fp8_block,
+  B200/B300 ``deepgemm`` fp8_block, B200 ``moe_torch_flow_min_latency`` nvfp4 = the TRTLLM
+  backend) and SGLang 0.5.10 (H200 ``sglang_fused_moe_triton`` fp8_block).
+* AMD MI355X: aiter's own tuning records (Kimi K2: ``kimik2_fp4_tuned_fmoe.csv``, 384 experts) of its fused-MoE kernels for DeepSeek-V3 (ROCm/aiter
+  ``aiter/configs/model_configs/dsv3_fp4_tuned_fmoe.csv`` MXFP4 and
+  ``a8w8_blockscale_tuned_fmoe_ds_v3.csv`` FP8 block-scale, ``cu_num 256``, column ``us``; the
+  per-GPU expert slice ``inter_dim`` 256 is tp8, 512 tp4). aiter fuses the shared expert into
+  the kernel (257 experts, top-9), so 8/9 of its time is the routed experts'. Its FP8 tp8
+  records above 1,024 tokens repeat the 1,024-token entry and are not used.
+
+Between table points the time is interpolated linearly in tokens; outside them it scales with
+tokens from the nearest point (same FLOP rate), and at decode sizes the weight-read roofline
+still takes over (``iteration_cost`` keeps the max). Engines and layouts without a table keep
+the roofline.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+TOKENS = (1024, 2048, 4096, 8192, 16384)
+_AIC = "AIConfigurator 095f58a5 moe_perf"
+_AITER_FP4 = "ROCm/aiter e4048607 dsv3_fp4_tuned_fmoe.csv"
+_AITER_FP8 = "ROCm/aiter e4048607 a8w8_blockscale_tuned_fmoe_ds_v3.csv"
+
+# (table, (moe_tp, moe_ep)) -> ms per layer at TOKENS (None: not measured). Routed experts only.
+_MS: dict[tuple[str, tuple[int, int]], tuple] = {
+    ("aic-trt-h200-fp8-cutlass", (8, 1)): (1.086, 1.5021, 2.5514, 4.98, 9.6608),
+    ("aic-trt-h200-fp8-cutlass", (4, 1)): (1.3687, 1.834, 2.9716, 5.6072, 11.0285),
+    ("aic-trt-h200-fp8-cutlass", (1, 8)): (0.4454, 0.5259, 0.7258, 1.2844, 2.4992),
+    ("aic-trt-h200-fp8-cutlass", (1, 4)): (0.8558, 1.0218, 1.3997, 2.4802, 4.9569),
+    ("aic-trt-b200-fp8-deepgemm", (8, 1)): (0.5109, 0.6078, 0.8012, 1.4381, 2.7362),
+    ("aic-trt-b200-fp8-deepgemm", (4, 1)): (0.711, 0.8081, 1.0031, 1.6539, 3.0803),
+    ("aic-trt-b200-fp8-deepgemm", (1, 8)): (0.2904, 0.3126, 0.3561, 0.5018, 0.8547),
+    ("aic-trt-b200-fp8-deepgemm", (1, 4)): (0.5377, 0.5698, 0.6374, 0.8987, 1.5739),
+    ("aic-trt-b300-fp8-deepgemm", (8, 1)): (0.5058, 0.6069, 0.7996, 1.4511, 2.7517),
+    ("aic-trt-b300-fp8-deepgemm", (4, 1)): (0.7144, 0.8173, 1.0149, 1.6566, 3.0769),
+    ("aic-trt-b300-fp8-deepgemm", (1, 8)): (0.2907, 0.314, 0.3589, 0.506, 0.8534),
+    ("aic-trt-b300-fp8-deepgemm", (1, 4)): (0.6141, 0.5756, 0.6461, 0.9047, 1.5434),
+    ("aic-trt-b200-nvfp4-trtllm", (8, 1)): (0.1548, 0.1846, 0.2435, 0.4212, 0.8069),
+    ("aic-trt-b200-nvfp4-trtllm", (4, 1)): (0.2127, 0.2447, 0.3375, 0.5725, 1.0945),
+    ("aic-trt-b200-nvfp4-trtllm", (1, 8)): (0.2328, 0.3317, 0.522, 0.9571, 1.8568),
+    ("aic-trt-b200-nvfp4-trtllm", (1, 4)): (0.4134, 0.4533, 0.6538, 1.1488, 2.2067),
+    ("aic-sglang-h200-fp8-triton", (8, 1)): (0.5883, 0.7084, 1.1822, 2.2181, 4.4405),
+    ("aic-sglang-h200-fp8-triton", (4, 1)): (0.9964, 1.082, 1.9811, 3.1948, 5.9114),
+    ("aic-sglang-h200-fp8-triton", (1, 8)): (1.2268, 2.1432, 4.1536, 8.5405, 16.306),
+    ("aic-sglang-h200-fp8-triton", (1, 4)): (1.5357, 2.3764, 4.272, 9.5077, 16.4859),
+    # aiter (µs / 1000, × 8/9 for the fused shared expert applied in moe_layer_s).
+    ("aiter-mi355x-mxfp4", (8, 1)): (0.21379, 0.29851, 0.47591, 0.78908, 1.45287),
+    ("aiter-mi355x-mxfp4", (4, 1)): (0.31786, 0.46302, 0.70886, 1.17029, 2.09195),
+    ("aiter-mi355x-fp8", (8, 1)): (0.35948, None, None, None, None),
+    ("aiter-mi355x-fp8", (4, 1)): (0.67368, 0.87359, 1.29401, 2.30585, None),
+    # Kimi K2 (384 experts, top-8), W4A16 Marlin MoE of vLLM 0.19.0 (AIConfigurator; the mean
+    # of its two records per point)
+    ("aic-vllm-h200-kimi-int4-marlin", (8, 1)): (2.6505, 2.7393, 5.2206, 7.8527, 15.43),
+    # Kimi K2 (384 experts, top-8; aiter kimik2_fp4_tuned_fmoe.csv, shared fused: 385 / top-9)
+    ("aiter-mi355x-kimi-mxfp4", (8, 1)): (0.28984, 0.39535, 0.56203, 0.88684, 1.54195),
+    ("aiter-mi355x-kimi-mxfp4", (4, 1)): (0.48101, 0.62734, 0.83518, 1.22081, 2.04467),
+}
+SOURCES = {
+    "aic": _AIC,
+    "aiter-mi355x-mxfp4": _AITER_FP4,
+    "aiter-mi355x-fp8": _AITER_FP8,
+    "aiter-mi355x-kimi-mxfp4": "ROCm/aiter e4048607 kimik2_fp4_tuned_fmoe.csv",
+}
+SHARED_IN_KERNEL = 8.0 / 9.0  # aiter fuses the shared expert: routed share of its FLOPs
+
+# (engine, hardware, routed-expert format) -> table; what each launch script runs
+# (InferenceX benchmarks/single_node/fixed_seq_len/dsr1_*.sh): TRT-LLM H200 MOE_BACKEND=CUTLASS,
+# B200 TRTLLM; SGLang B200/B300 --moe-runner-backend flashinfer_trtllm (TRT-LLM's kernels; the
+# FP8 block-scale table is DeepGEMM's, the nearest measured), H200 the Triton fused MoE; ATOM and
+# SGLang on MI355X aiter's fused MoE.
+# vLLM on MI355X (Kimi K2.5 MXFP4) runs aiter's fused MoE too (VLLM_ROCM_USE_AITER=1 with
+# the shared expert fused, kimik2.5_fp4_mi355x.sh); vLLM on H200 runs Kimi's W4A16 experts on
+# Marlin (kimik2.5_int4_h200.sh sets no MoE backend). On B200 the INT4 recipe selects FlashInfer's
+# INT4 MoE (VLLM_USE_FLASHINFER_MOE_INT4=1, in force since 2026-03-27), which has no table.
+_DSV3 = "deepseek-v3"
+_ENGINE_TABLE = {
+    ("trt", "h200", _DSV3, "fp8"): "aic-trt-h200-fp8-cutlass",
+    ("trt", "b200", _DSV3, "fp8"): "aic-trt-b200-fp8-deepgemm",
+    ("trt", "b200", _DSV3, "nvfp4"): "aic-trt-b200-nvfp4-trtllm",
+    ("sglang", "h200", _DSV3, "fp8"): "aic-sglang-h200-fp8-triton",
+    ("sglang", "b200", _DSV3, "fp8"): "aic-trt-b200-fp8-deepgemm",
+    ("sglang", "b300", _DSV3, "fp8"): "aic-trt-b300-fp8-deepgemm",
+    ("sglang", "b200", _DSV3, "nvfp4"): "aic-trt-b200-nvfp4-trtllm",
+    ("sglang", "mi355x", _DSV3, "mxfp4"): "aiter-mi355x-mxfp4",
+    ("atom", "mi355x", _DSV3, "mxfp4"): "aiter-mi355x-mxfp4",
+    ("sglang", "mi355x", _DSV3, "fp8"): "aiter-mi355x-fp8",
+    ("atom", "mi355x", _DSV3, "fp8"): "aiter-mi355x-fp8",
+    ("vllm", "mi355x", "kimi-k2", "mxfp4"): "aiter-mi355x-kimi-mxfp4",
+    ("vllm", "h200", "kimi-k2", "int4"): "aic-vllm-h200-kimi-int4-marlin",
+}
+
+
+def moe_kernel(
+    framework: str, hardware: str, model: str, expert_format: str, tp: int, ep: int
+) -> tuple[str, tuple[int, int]] | None:
+    """(table, (moe_tp, moe_ep)) measured for this engine and layout, or None (roofline).
+    ``ep`` 1 means experts sliced over the ``tp`` GPUs; otherwise whole experts per GPU."""
+    table = _ENGINE_TABLE.get((framework, hardware, model, expert_format))
+    if table is None:
+        return None
+    split = (tp, 1) if ep <= 1 else (max(tp // ep, 1), ep)
+    return (table, split) if (table, split) in _MS else None
+
+
+def moe_layer_s(kernel: tuple[str, tuple[int, int]], tokens) -> np.ndarray:
+    """Seconds of one MoE layer's routed experts for ``tokens`` entering it (arrays)."""
+    ms = _MS[kernel]
+    pts = [(n, t) for n, t in zip(TOKENS, ms, strict=True) if t is not None]
+    n_k = np.array([n for n, _ in pts], dtype=np.float64)
+    t_k = np.array([t for _, t in pts], dtype=np.float64)
+    n = np.asarray(tokens, dtype=np.float64)
+    inside = np.interp(n, n_k, t_k)
+    # Outside the measured range: the FLOP rate of the nearest measured point.
+    below = t_k[0] * n / n_k[0]
+    above = t_k[-1] * n / n_k[-1]
+    t = np.where(n < n_k[0], below, np.where(n > n_k[-1], above, inside))
+    share = SHARED_IN_KERNEL if kernel[0].startswith("aiter") else 1.0
+    return 1e-3 * share * t
+
+
+# aiter's MLA decode kernel (every AMD recipe runs it: SGLang --attention-backend aiter, ATOM,
+# vLLM's ROCm AITER MLA) takes, for a single sequence, a fixed time plus the time to stream
+# that sequence's latent cache through its split-KV work units; at small batches that latency,
+# not the chip's bandwidth, sets the layer's attention time. MI355X, aiter ASM kernel, FP8 KV
+# (ROCm/aiter#3072, batch 1: 29.8 µs at 8,192 tokens of context, 52.5 µs at 23,333): 17.5 µs
+# + 1.50 ns per context token. Cross-checks: ROCm/aiter#3003 (MI355X, 32 heads × 4 query
+# tokens) 20.0 µs at 1,024 and 33.0 µs at 8,192; ROCm/aiter#2039 (ASM, batch 1, 21 tokens)
+# 12.1 µs on MI355X and 15.5 µs on MI300X, 1.28× slower on MI300X, the ratio used for MI300X
+# (an estimate: no long-context MI300X figure was found).
+MLA_DECODE_LATENCY = {
+    "mi355x": (17.5e-6, 1.50e-9),
+    "mi300x": (1.28 * 17.5e-6, 1.28 * 1.50e-9),
+}
+
+
+def mla_decode_latency(hardware: str, model_attention: str) -> tuple[float, float] | None:
+    """(fixed seconds, seconds per context token) of one MLA decode kernel call, or None."""
+    return MLA_DECODE_LATENCY.get(hardware) if model_attention == "mla" else None
+
+
+def mla_decode_s(latency: tuple[float, float], context_tokens, layers: int, floor_s: float):
+    """Seconds per pass that the decode-attention kernels need at least (one call per layer),
+    less the launch floor ``iteration_cost`` already charges for each call."""
+    t0, per_token = latency
+    c = np.asarray(context_tokens, dtype=np.float64)
+    return layers * np.maximum(t0 + per_token * c - floor_s, 0.0)
