@@ -30,6 +30,11 @@ CFGS = {
     "gptoss-b200": make_config(CAT, "b200", "gpt-oss-120b", gpus=8),  # sliding-window layers
     "maverick-b300": make_config(CAT, "b300", "llama4-maverick", gpus=8),  # chunked layers
     "llama70b-mi355x": make_config(CAT, "mi355x", "llama3.1-70b", gpus=8, weight_precision="bf16"),
+    # measured MoE kernel tables (--serving-engine): one expert group, and two groups
+    "dsv3-h200-trt": make_config(
+        CAT, "h200", "deepseek-v3", gpus=8, tp=8, ep=8, dp_attention=False, engine="trt"
+    ),
+    "dsv3-b200-sglang-2x": make_config(CAT, "b200", "deepseek-v3", gpus=16, ep=8, engine="sglang"),
 }
 cfg_names = st.sampled_from(sorted(CFGS))
 tokens = st.integers(0, 400_000)

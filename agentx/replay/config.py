@@ -22,13 +22,15 @@ from agentx.catalog.types import (
     StageEfficiency,
     SystemSpec,
 )
-from agentx.errors import UsageError
+from agentx.errors import UnknownNameError, UsageError
 
 # Real layers reach ~85 % of the best-shape matmul rate: FlashMLA/FA prefill 64-67 % of peak
 # against MAMF 73-78 % on the same chips (NOTES.md (d)). Used where a chip has a MAMF figure.
 REAL_OVER_MAMF = 0.85
 FALLBACK_COMPUTE = 0.6  # chips without a MAMF measurement (TPU, GB300): low end of 60-75 %
 POOLS = ("disaggregated", "aggregated")
+# Serving engines whose measured kernel tables replay can use (agentx.serving.kernels).
+ENGINES = ("atom", "sglang", "trt", "vllm")
 
 
 def default_efficiencies(system: SystemSpec, precision: str = "fp8") -> Efficiencies:
@@ -97,6 +99,7 @@ def make_config(
     routing_skew: float = 0.0,
     pools: str = "disaggregated",
     efficiencies: Efficiencies | None = None,
+    engine: str | None = None,
 ) -> ServingConfig:
     """A serving configuration with defaults a deployment would pick.
 
@@ -104,6 +107,11 @@ def make_config(
     attention (the latent KV would otherwise be replicated on every TP rank, NOTES.md (a)) and
     GQA models tensor-parallel attention over min(8, node); experts spread over all GPUs of a
     pipeline stage (capped at the expert count).
+
+    ``engine`` (``ENGINES``; default None = roofline everywhere): the serving engine whose
+    measured routed-MoE kernel times price the fills where a table exists for this model,
+    expert format and layout (``ServingConfig.extra["moe_kernel"]``; ``engine_note`` says when
+    none does).
     """
     system = catalog.system(hw)
     spec = catalog.model(model)
@@ -115,6 +123,8 @@ def make_config(
             raise UsageError(f"unknown {name} precision '{p}'; choose one of {', '.join(allowed)}")
     if pools not in POOLS:
         raise UsageError(f"unknown pools '{pools}'; choose one of {', '.join(POOLS)}")
+    if engine is not None and engine not in ENGINES:
+        raise UnknownNameError("serving engine", engine, ENGINES)
     if gpus is None:
         gpus = default_gpus(system)
     _positive(
@@ -146,6 +156,16 @@ def make_config(
             f"--ep {ep} exceeds the {spec.n_routed_experts} routed experts of {spec.name}"
         )
     compute = COMPUTE_OF[weight_precision]
+    extra = {} if engine is None else {"engine": engine}
+    if engine is not None and spec.is_moe:
+        from agentx.serving.kernels import moe_kernel
+
+        # Replay spreads whole experts over ``ep`` ranks (layout.exp_replicas copies of the
+        # set); it has no tensor-sliced experts, so the table asked for is (1, ep).
+        expert = expert_precision or weight_precision
+        kernel = moe_kernel(engine, system.name, spec.name, expert, 1, ep)
+        if kernel is not None:
+            extra["moe_kernel"] = kernel
     return ServingConfig(
         system=system,
         model=spec,
@@ -163,6 +183,19 @@ def make_config(
         routing_skew=float(routing_skew),
         pools=pools,
         efficiencies=efficiencies or default_efficiencies(system, compute),
+        extra=extra,
+    )
+
+
+def engine_note(cfg: ServingConfig) -> str | None:
+    """One line when an engine was asked for but no measured MoE table fits the layout."""
+    engine = cfg.extra.get("engine")
+    if engine is None or "moe_kernel" in cfg.extra or not cfg.model.is_moe:
+        return None
+    expert = cfg.expert_precision or cfg.weight_precision
+    return (
+        f"no measured {engine} MoE kernel for {cfg.model.name} {expert} experts on "
+        f"{cfg.system.name} tp{cfg.tp} ep{cfg.ep}: routed experts priced by the roofline"
     )
 
 

@@ -3,7 +3,8 @@
 Pricing whole trace columns with numpy allocates ~100 temporaries per call; this kernel reads
 each call once and writes its columns, on all cores, at millions of calls per second
 (benchmarks/bench_replay.py). It is the same arithmetic as ``fill_cost`` (packed into
-``prefill_chunk_tokens`` passes, and alone for the latency), ``decode_attention_calls`` and
+``prefill_chunk_tokens`` passes, and alone for the latency; with an engine's measured MoE
+layer where the configuration carries one), ``decode_attention_calls`` and
 ``decode_experts_step``; tests/test_stages.py checks the two agree to 1e-9. Stage totals are
 summed per fixed block of calls, then over blocks in order, so results are deterministic
 whatever the thread count.
@@ -20,7 +21,13 @@ import numpy as np
 from agentx.catalog.types import ServingConfig
 from agentx.replay.config import layout
 from agentx.replay.energy import coefficients
-from agentx.replay.stages import KEYS, decode_experts_step, distinct_experts, mla_mha_forms
+from agentx.replay.stages import (
+    KEYS,
+    decode_experts_step,
+    distinct_experts,
+    mla_mha_forms,
+    moe_pass_s,
+)
 
 BLOCKS = 256
 TILE = 256  # calls per tile: 23 rows × 256 × 8 B = 47 KB, inside L2
@@ -91,11 +98,17 @@ class Params(NamedTuple):
     att_w_micro: float  # attention weights per sequence of a micro-batch
     exp_step_micro: float  # decode-experts step of one micro-batch, without its floors
     floors_step: float  # launch floors of one decode step (attention + FFN), paid once
+    # The engine's measured MoE layer (ServingConfig.extra["moe_kernel"]; 0 = roofline): its
+    # seconds per pass replace the routed experts' roofline math of a fill (fill_cost).
+    moe_on: float
+    routed_token_flops: float  # routed-expert FLOPs per filled token
+    moe_chunk_s: float  # routed experts of one packed pass of ``chunk`` tokens, seconds
 
 
 @functools.lru_cache(maxsize=32)
 def params(cfg: ServingConfig) -> tuple[Params, np.ndarray, np.ndarray]:
-    """Kernel constants, the distinct-experts table per tokens-in-pass, and the per-token
+    """Kernel constants, the distinct-experts table per tokens-in-pass (0..chunk; followed,
+    with a measured MoE kernel, by ``moe_pass_s`` at the same token counts), and the per-token
     decode-experts costs in KEYS order."""
     from agentx.replay.stages import _ep_bytes, _floor_per_pass, _tp_bytes
 
@@ -105,8 +118,13 @@ def params(cfg: ServingConfig) -> tuple[Params, np.ndarray, np.ndarray]:
     local = m.num_local_layers > 0
     mla = m.attention == "mla"
     mha, up = mla_mha_forms(m) if mla else (0.0, 0.0)
-    per_rep = np.arange(cfg.prefill_chunk_tokens + 1, dtype=np.float64) / lay.exp_replicas
+    pass_tokens = np.arange(cfg.prefill_chunk_tokens + 1, dtype=np.float64)
+    per_rep = pass_tokens / lay.exp_replicas
     dtab = distinct_experts(cfg, per_rep) if m.is_moe else np.zeros_like(per_rep)
+    d_chunk = float(dtab[-1])
+    moe_on = m.is_moe and "moe_kernel" in cfg.extra
+    if moe_on:  # one array for the kernel: the pricing call keeps its signature
+        dtab = np.concatenate([dtab, moe_pass_s(cfg, pass_tokens)])
     fa, ff = _floor_per_pass(cfg)
     xfer = cfg.pools == "disaggregated"
     xfer_su = xfer and cfg.system.scale_up_domain_gpus >= 2 * cfg.gpus
@@ -162,13 +180,16 @@ def params(cfg: ServingConfig) -> tuple[Params, np.ndarray, np.ndarray]:
         att_w_tok=min(lay.att_replicas, b) * lay.attn_weight_bytes / b,
         att_lin_token=2.0 * lay.attn_linear_params,
         att_replicas=float(lay.att_replicas),
-        d_chunk=float(dtab[-1]),
+        d_chunk=d_chunk,
         exp_step_time=float(step["time_s"]),
         pp=float(cfg.pp),
         micro_batch=micro,
         att_w_micro=min(lay.att_replicas, micro) * lay.attn_weight_bytes / micro,
         exp_step_micro=exp_micro,
         floors_step=fa + ff,
+        moe_on=float(moe_on),
+        routed_token_flops=2.0 * m.active_routed_params if m.is_moe else 0.0,
+        moe_chunk_s=float(dtab[-1]) if moe_on else 0.0,
     )
     per_token = np.array([float(step[k]) / b for k in KEYS])
     return p, dtab, per_token
@@ -200,7 +221,8 @@ def _fill(q, dtab, n, p):
     own = np.ceil(n / q.chunk)
     passes = n / q.chunk
     t = n / max(own, 1.0)
-    j = min(int(t), dtab.size - 2)
+    last = int(q.chunk)  # dtab[0..last]: distinct experts; then the MoE kernel's seconds
+    j = min(int(t), last - 1)
     d_alone = dtab[j] + (t - j) * (dtab[j + 1] - dtab[j])
     lin = n * q.lin_token + has * q.head_flops
     pairs = _pairs(q, p + 1.0, n)
@@ -217,11 +239,18 @@ def _fill(q, dtab, n, p):
     so_t = ep * (1.0 - q.su_frac)
     mid = p > 0
     im = q.imem_mid if mid else q.imem_pre
-    tl = lin * (q.ilin_mid if mid else q.ilin_pre)
+    il = q.ilin_mid if mid else q.ilin_pre
+    tl = lin * il
+    tl_alone = tl
+    if q.moe_on != 0.0:  # measured MoE layer: packed passes of chunk tokens, alone of t tokens
+        base = (lin - n * q.routed_token_flops) * il
+        k = last + 1 + j
+        tl = base + passes * q.moe_chunk_s
+        tl_alone = base + own * (dtab[k] + (t - j) * (dtab[k + 1] - dtab[k]))
     rest = max(att * (q.iatt_mid if mid else q.iatt_pre), (kv_r + kv_w) * im) + act * im
     rest += max(su_t * q.isu, so_t * q.iso)
     t = max(tl, w * im) + rest + passes * q.floor_pass
-    t_alone = max(tl, w_alone * im) + rest + own * q.floor_pass
+    t_alone = max(tl_alone, w_alone * im) + rest + own * q.floor_pass
     return t, t_alone, lin, att, w, kv_r, kv_w, act, su_t, so_t
 
 

@@ -89,11 +89,30 @@ def distinct_experts(cfg: ServingConfig, tokens):
     return touched[inv].reshape(t.shape)
 
 
-def _finish(cfg, lay: Layout, eff, lin, att, wbytes, kv_r, kv_w, act, su, so, su_t, so_t, floor_s):
-    """Roofline time, energy and the result dict from whole-instance work."""
+def _finish(
+    cfg,
+    lay: Layout,
+    eff,
+    lin,
+    att,
+    wbytes,
+    kv_r,
+    kv_w,
+    act,
+    su,
+    so,
+    su_t,
+    so_t,
+    floor_s,
+    lin_s=None,
+):
+    """Roofline time, energy and the result dict from whole-instance work. ``lin_s``: the
+    linear layers' compute seconds when not all of them are roofline math (measured MoE)."""
     g = lay.gpus
     mem = g * lay.hbm_bytes_per_s * eff[1]
-    t = np.maximum(lin / (g * lay.lin_flops_per_s * eff[0]), wbytes / mem)
+    if lin_s is None:
+        lin_s = lin / (g * lay.lin_flops_per_s * eff[0])
+    t = np.maximum(lin_s, wbytes / mem)
     # Elementwise kernels have no math to hide their traffic behind: their bytes add time.
     t = t + np.maximum(att / (g * lay.att_flops_per_s * eff[0]), (kv_r + kv_w) / mem) + act / mem
     sysm, ce = cfg.system, lay.eff.communication
@@ -153,6 +172,22 @@ def mla_mha_forms(m) -> tuple[float, float]:
     h = m.num_attention_heads
     up = 2.0 * m.kv_lora_rank * h * (m.qk_head_dim - m.qk_rope_head_dim + m.v_head_dim)
     return 2.0 * h * (m.qk_head_dim + m.v_head_dim), up
+
+
+def moe_pass_s(cfg: ServingConfig, pass_tokens):
+    """Instance-seconds of the routed experts of one forward pass of ``pass_tokens`` tokens
+    with the engine's measured MoE layer (``cfg.extra["moe_kernel"]``, agentx.serving.kernels).
+
+    Each of the ``exp_replicas`` expert groups takes its share of the pass's tokens at once, and
+    a pipeline stage holds 1/pp of the layers, so the instance is busy for
+    ``moe_layers · layer_time(tokens / exp_replicas) / pp`` (the roofline divides the same way).
+    """
+    from agentx.serving.kernels import moe_layer_s
+
+    lay, m = layout(cfg), cfg.model
+    tokens = np.asarray(pass_tokens, dtype=np.float64)
+    per_group = moe_layer_s(cfg.extra["moe_kernel"], tokens / lay.exp_replicas)
+    return m.num_moe_layers * per_group / cfg.pp
 
 
 def fill_cost(cfg: ServingConfig, new_tokens, prefix_tokens, batch_tokens=None) -> StageCost:
@@ -222,7 +257,15 @@ def fill_cost(cfg: ServingConfig, new_tokens, prefix_tokens, batch_tokens=None) 
         np.where(is_mid, lay.eff.midfill.memory, lay.eff.prefill.memory),
     )
     work = (lin, att, wbytes, kv_r, kv_w, act, su, so, su_t, so_t, floors)
-    return _finish(cfg, lay, eff, *work)
+    lin_s = None
+    if m.is_moe and "moe_kernel" in cfg.extra:
+        # The engine's grouped-GEMM kernel was measured at these shapes: its time per pass
+        # replaces the routed experts' roofline math, as in serving.iteration.iteration_cost;
+        # the weight-read bound in _finish still holds. FLOPs (and their energy) are unchanged.
+        routed = n * (2.0 * m.active_routed_params)
+        rate = lay.gpus * lay.lin_flops_per_s * eff[0]
+        lin_s = (lin - routed) / rate + passes * moe_pass_s(cfg, per_pass)
+    return _finish(cfg, lay, eff, *work, lin_s=lin_s)
 
 
 def decode_attention_calls(
