@@ -85,6 +85,13 @@ from agentx.units import GB
 )
 @pools_option
 @click.option(
+    "--serving-engine",
+    default=None,
+    metavar="ENGINE",
+    help="trt, sglang, vllm or atom: price the fills' routed experts with that engine's measured "
+    "MoE kernel where one is tabled for the layout (default: roofline).",
+)
+@click.option(
     "--kv-tiers/--no-kv-tiers",
     default=True,
     show_default=True,
@@ -130,6 +137,7 @@ def command(
     prefill_chunk_tokens,
     routing_skew,
     pools,
+    serving_engine,
     kv_tiers,
     load_scale,
     over_context,
@@ -156,7 +164,7 @@ def command(
     Column definitions: docs/metrics.md.
     """
     from agentx.catalog import load_catalog
-    from agentx.replay.config import make_config
+    from agentx.replay.config import engine_note, make_config
     from agentx.replay.replay import (
         TRACE_COLUMNS,
         calls_columns,
@@ -187,7 +195,10 @@ def command(
         prefill_chunk_tokens=prefill_chunk_tokens,
         routing_skew=routing_skew,
         pools=pools,
+        engine=serving_engine,
     )
+    if (note := engine_note(cfg)) and not quiet:
+        click.echo(f"note: {note}", err=True)
     fleet = dict(replicas=replicas, gpus_total=gpus_total, router=router, balance_eps=balance_eps,
                  overlap_weight=overlap_weight, store_gb=store_gb, store_gbps=store_gbps,
                  engine=engine, ray_address=ray_address, max_block_refs=max_block_refs)  # fmt: skip
@@ -271,7 +282,7 @@ def command(
                 "kv_precision": cfg.kv_precision, "decode_batch": cfg.decode_batch,
                 "interactivity_tokens_per_s_per_user": interactivity,
                 "prefill_chunk_tokens": cfg.prefill_chunk_tokens, "routing_skew": cfg.routing_skew,
-                "pools": cfg.pools, "kv_tiers": kv_tiers, "calls": calls_mode,
+                "pools": cfg.pools, "serving_engine": serving_engine, "kv_tiers": kv_tiers, "calls": calls_mode,
                 "load_scale": load_scale, "over_context": over_context,
                 "efficiencies": dataclasses.asdict(cfg.efficiencies),
             }  # fmt: skip
