@@ -282,10 +282,12 @@ def command(
                 "kv_precision": cfg.kv_precision, "decode_batch": cfg.decode_batch,
                 "interactivity_tokens_per_s_per_user": interactivity,
                 "prefill_chunk_tokens": cfg.prefill_chunk_tokens, "routing_skew": cfg.routing_skew,
-                "pools": cfg.pools, "serving_engine": serving_engine, "kv_tiers": kv_tiers, "calls": calls_mode,
+                "pools": cfg.pools, "kv_tiers": kv_tiers, "calls": calls_mode,
                 "load_scale": load_scale, "over_context": over_context,
                 "efficiencies": dataclasses.asdict(cfg.efficiencies),
             }  # fmt: skip
+            if serving_engine is not None:  # absent otherwise: runs without it stay as they were
+                config["serving_engine"] = serving_engine
             phases.step("writing the run")
             write_run_files(
                 folder,
