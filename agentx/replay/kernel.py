@@ -98,18 +98,17 @@ class Params(NamedTuple):
     att_w_micro: float  # attention weights per sequence of a micro-batch
     exp_step_micro: float  # decode-experts step of one micro-batch, without its floors
     floors_step: float  # launch floors of one decode step (attention + FFN), paid once
-    # The engine's measured MoE layer (ServingConfig.extra["moe_kernel"]; 0 = roofline): its
+    # The engine's measured MoE layer (ServingConfig.extra["moe_kernel"]; zeros = roofline): its
     # seconds per pass replace the routed experts' roofline math of a fill (fill_cost).
-    moe_on: float
     routed_token_flops: float  # routed-expert FLOPs per filled token
     moe_chunk_s: float  # routed experts of one packed pass of ``chunk`` tokens, seconds
 
 
 @functools.lru_cache(maxsize=32)
 def params(cfg: ServingConfig) -> tuple[Params, np.ndarray, np.ndarray]:
-    """Kernel constants, the distinct-experts table per tokens-in-pass (0..chunk; followed,
-    with a measured MoE kernel, by ``moe_pass_s`` at the same token counts), and the per-token
-    decode-experts costs in KEYS order."""
+    """Kernel constants, the distinct-experts table per tokens-in-pass (0..chunk) followed by
+    ``moe_pass_s`` at the same token counts (zeros without a measured MoE layer), and the
+    per-token decode-experts costs in KEYS order."""
     from agentx.replay.stages import _ep_bytes, _floor_per_pass, _tp_bytes
 
     lay, m, c = layout(cfg), cfg.model, coefficients(cfg)
@@ -123,8 +122,10 @@ def params(cfg: ServingConfig) -> tuple[Params, np.ndarray, np.ndarray]:
     dtab = distinct_experts(cfg, per_rep) if m.is_moe else np.zeros_like(per_rep)
     d_chunk = float(dtab[-1])
     moe_on = m.is_moe and "moe_kernel" in cfg.extra
-    if moe_on:  # one array for the kernel: the pricing call keeps its signature
-        dtab = np.concatenate([dtab, moe_pass_s(cfg, pass_tokens)])
+    # One array for the kernel (the pricing call keeps its signature); zeros without a measured
+    # MoE layer, so the kernel runs the same branch-free (vectorized) arithmetic either way.
+    moe = moe_pass_s(cfg, pass_tokens) if moe_on else np.zeros_like(pass_tokens)
+    dtab = np.concatenate([dtab, moe])
     fa, ff = _floor_per_pass(cfg)
     xfer = cfg.pools == "disaggregated"
     xfer_su = xfer and cfg.system.scale_up_domain_gpus >= 2 * cfg.gpus
@@ -187,8 +188,7 @@ def params(cfg: ServingConfig) -> tuple[Params, np.ndarray, np.ndarray]:
         att_w_micro=min(lay.att_replicas, micro) * lay.attn_weight_bytes / micro,
         exp_step_micro=exp_micro,
         floors_step=fa + ff,
-        moe_on=float(moe_on),
-        routed_token_flops=2.0 * m.active_routed_params if m.is_moe else 0.0,
+        routed_token_flops=2.0 * m.active_routed_params if moe_on else 0.0,
         moe_chunk_s=float(dtab[-1]) if moe_on else 0.0,
     )
     per_token = np.array([float(step[k]) / b for k in KEYS])
@@ -239,14 +239,12 @@ def _fill(q, dtab, n, p):
     so_t = ep * (1.0 - q.su_frac)
     mid = p > 0
     im = q.imem_mid if mid else q.imem_pre
-    il = q.ilin_mid if mid else q.ilin_pre
-    tl = lin * il
-    tl_alone = tl
-    if q.moe_on != 0.0:  # measured MoE layer: packed passes of chunk tokens, alone of t tokens
-        base = (lin - n * q.routed_token_flops) * il
-        k = last + 1 + j
-        tl = base + passes * q.moe_chunk_s
-        tl_alone = base + own * (dtab[k] + (t - j) * (dtab[k + 1] - dtab[k]))
+    # Measured MoE layer (zeros without one: then exactly lin · il): the routed FLOPs leave the
+    # roofline and the layer's seconds per pass come in, packed (chunk tokens) and alone (t).
+    k = last + 1 + j
+    base = (lin - n * q.routed_token_flops) * (q.ilin_mid if mid else q.ilin_pre)
+    tl = base + passes * q.moe_chunk_s
+    tl_alone = base + own * (dtab[k] + (t - j) * (dtab[k + 1] - dtab[k]))
     rest = max(att * (q.iatt_mid if mid else q.iatt_pre), (kv_r + kv_w) * im) + act * im
     rest += max(su_t * q.isu, so_t * q.iso)
     t = max(tl, w * im) + rest + passes * q.floor_pass
