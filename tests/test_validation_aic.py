@@ -90,7 +90,7 @@ def markdown(rows) -> str:
     ]
     for p, hw, ref, got, err in rows:
         out.append(
-            f"| {p.strip() if not p.startswith(' ') else '↳ ' + p.strip()} | {hw.upper()} | {ref:.1f} | {got:.1f} | {err:+.0%} |"
+            f"| {p.strip() if not p.startswith(' ') else '↳ ' + p.strip()} | {hw.upper()} | {ref:.1f} | {got:.1f} | {err:+.1%} |"
         )
     return "\n".join(out)
 
@@ -100,7 +100,7 @@ def test_aiconfigurator_points_within_tolerance():
     print("\n" + markdown(rows))
     for p, hw, ref, got, err in rows:
         assert abs(err) <= TOLERANCE, (
-            f"{p} on {hw}: agentx {got:.1f} ms vs AIC {ref} ms ({err:+.0%})"
+            f"{p} on {hw}: agentx {got:.1f} ms vs AIC {ref} ms ({err:+.1%})"
         )
 
 
