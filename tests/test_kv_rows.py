@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 from agentx.catalog import load_catalog
 from agentx.errors import UsageError
 from agentx.kv import KV_ONLY_COLUMNS, capacities_for, replay_tiers
-from agentx.kv.chains import ChainState
+from agentx.kv.blocks import geometry
+from agentx.kv.chains import ChainState, chain_outcomes
+from agentx.kv.rows import RowOutcome
 from agentx.replay import make_config
 from agentx.traces.synth import synthesize
 
@@ -103,3 +105,28 @@ def test_kernel_counts_are_32_bit_unless_a_prompt_reaches_2_31_tokens():
     assert both.dtype == np.int64
     assert np.array_equal(both[:1], small)  # the same counts, only wider
     assert both[1, 6] == 2**31 + 5  # every token of the big prompt is created, none lost
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.sampled_from(sorted(TRACES)),
+    st.integers(1, 70),
+    st.lists(st.integers(0, 400), max_size=6),
+)
+def test_rows_held_in_blocks_of_any_size_give_the_same_rows(seed, block_rows, cuts):
+    trace = TRACES[seed]
+    whole = replay_tiers(trace, CFG).per_call
+    g = geometry(trace)
+    acc, _ = chain_outcomes(g, capacities_for(CFG).tokens(CFG.kv_bytes_per_token))
+    n = trace.calls.height
+    rows = RowOutcome(acc, g.row, n, CFG, lambda sums: sums, block_rows=block_rows)
+    bounds = [0, *sorted({c for c in cuts if 0 < c < n}), n]
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        got = rows.slice(a, b - a)
+        for c in whole.columns:
+            assert np.array_equal(got[c].to_numpy(), whole[c][a:b].to_numpy()), c
+    assert all(blk is None for blk in rows._blocks)  # every block let go once made
+    with pytest.raises(UsageError, match=r"^rows 0\.\.0 of the KV outcome were sliced before$"):
+        rows.slice(0, 1)
+    with pytest.raises(UsageError, match=rf"^rows {n}\.\.{n} are outside 0\.\.{n - 1}$"):
+        rows.slice(n, 1)

@@ -19,6 +19,12 @@ import click
 from agentx import __version__
 from agentx.errors import AgentxError, one_line
 
+# polars' allocator (jemalloc) keeps freed pages for seconds by default, so columns a command
+# drops (the trace's KV-only columns after the KV pass, a read's decode buffers) stayed in the
+# peak RSS while numpy (another allocator) asked the OS for more: 0.66 GB of a 10 M-call
+# replay. Set before polars is first imported; a user's own setting wins.
+os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
+
 # An unexpected exception is a bug in agentx, not the user's fault: it still prints one line
 # (and exits 70, EX_SOFTWARE); AGENTX_DEBUG=1 shows the traceback for a bug report.
 EXIT_BUG = 70
