@@ -41,7 +41,9 @@ class RowOutcome:
         at[row] = np.arange(n_rows, dtype=at.dtype)  # each row's place in time order
         self._b = block_rows
         # int32 unless a prompt reaches 2^31 tokens; a block's rows gathered in row order
-        self._blocks = [acc[at[a : a + block_rows]] for a in range(0, n_rows, block_rows)]
+        self._blocks = [
+            np.take(acc, at[a : a + block_rows], axis=0) for a in range(0, n_rows, block_rows)
+        ]
         self._left_in = [blk.shape[0] for blk in self._blocks]
         self._width = acc.shape[1]
         self._cfg, self._summarize = cfg, summarize
