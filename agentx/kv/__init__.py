@@ -125,15 +125,11 @@ def _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs, 
 def chains_result(trace, cfg, caps, g, acc, glob) -> KvResult:
     """The per-call frame and summary from the chain kernel's outputs (also kv-curve's);
     ``g``: the Geometry, or its ``_ChainFacts``."""
+    from agentx.kv.rows import acc_columns
+
     bpt = cfg.kv_bytes_per_token
     counts, geo = _chain_counts(g, acc, glob)
-    cols = {f"kv_{t}_hit_tokens": acc[:, i] for i, t in enumerate(TIER_NAMES)}
-    cols["kv_recompute_tokens"] = acc[:, 3]
-    # byte columns go in as token counts: finish_frame scales them once placed in row order
-    cols["kv_ssd_to_dram_bytes"] = acc[:, 4]
-    cols["kv_dram_to_hbm_bytes"] = acc[:, 5]
-    cols["kv_hbm_to_dram_bytes"] = cols["kv_dram_to_ssd_bytes"] = acc[:, 6]
-    per_call = finish_frame(cols, g.row, trace.calls.height, cfg, bpt)
+    per_call = finish_frame(acc_columns(acc), g.row, trace.calls.height, cfg, bpt)
     return KvResult(per_call, _summary(counts, per_call, geo, caps, "lru", "write-through", cfg))
 
 

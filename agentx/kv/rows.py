@@ -27,6 +27,18 @@ from agentx.kv.tiers import PER_CALL, finish_frame
 BLOCK_ROWS = 1 << 16  # rows per block of the held outcome (1.8 MB at 28 B per row)
 
 
+def acc_columns(acc: np.ndarray) -> dict[str, np.ndarray]:
+    """``finish_frame``'s input from the kernel's ``acc`` columns (views): byte columns go in
+    as token counts (finish_frame scales them); write-through's two created-bytes columns are
+    one array."""
+    cols = {f"kv_{t}_hit_tokens": acc[:, i] for i, t in enumerate(("hbm", "dram", "ssd"))}
+    cols["kv_recompute_tokens"] = acc[:, 3]
+    cols["kv_ssd_to_dram_bytes"] = acc[:, 4]
+    cols["kv_dram_to_hbm_bytes"] = acc[:, 5]
+    cols["kv_hbm_to_dram_bytes"] = cols["kv_dram_to_ssd_bytes"] = acc[:, 6]
+    return cols
+
+
 class RowOutcome:
     """``PER_CALL`` rows of any row range (``slice``), from the kernel's ``acc`` (time order,
     ``row[k]``: the trace row of call k); ``summary`` once every row was sliced. Rows are
@@ -71,13 +83,8 @@ class RowOutcome:
                 f"rows {offset}..{offset + length - 1} are outside 0..{self.height - 1}"
             )
         a = self._take(offset, length)
-        cols = {f"kv_{t}_hit_tokens": a[:, i] for i, t in enumerate(("hbm", "dram", "ssd"))}
-        cols["kv_recompute_tokens"] = a[:, 3]
-        cols["kv_ssd_to_dram_bytes"] = a[:, 4]
-        cols["kv_dram_to_hbm_bytes"] = a[:, 5]
-        cols["kv_hbm_to_dram_bytes"] = cols["kv_dram_to_ssd_bytes"] = a[:, 6]
         row = np.arange(a.shape[0], dtype=np.int32)
-        frame = finish_frame(cols, row, a.shape[0], self._cfg, self._cfg.kv_bytes_per_token)
+        frame = finish_frame(acc_columns(a), row, a.shape[0], self._cfg, self._cfg.kv_bytes_per_token)  # fmt: skip
         for c in PER_CALL:  # each partition's sums, added in partition order
             self._sums[c] += float(frame.get_column(c).sum())
         self._left -= a.shape[0]

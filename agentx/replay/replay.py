@@ -169,7 +169,7 @@ def replay_partition(calls: pl.DataFrame, cfg: ServingConfig, kv_calls=None) -> 
     )
 
 
-def merge_partials(parts, cfg: ServingConfig, kv_summary: dict | None = None) -> ReplayResult:
+def merge_partials(parts, cfg: ServingConfig, kv_summary=None) -> ReplayResult:
     """One ``ReplayResult`` from the partials of disjoint partitions, in the order given.
 
     Per-call rows are concatenated (slim partials give a calls table of ``SLIM_COLUMNS``
