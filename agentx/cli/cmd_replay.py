@@ -254,9 +254,9 @@ def command(
             # from here the trace and the per-call KV outcome live only in the partition generator,
             # which lets go of them after the last partition, before the merge's whole-trace figures
             tr = kv = per_call = None
-            result = merge_partials(
-                write_calls(parts, calls_path, meta, cols, session_names), cfg, kv_summary
-            )
+            # the last row groups are written while the merge sorts (the run's stack closes it)
+            written = write_calls(parts, calls_path, meta, cols, session_names, finish=stack)
+            result = merge_partials(written, cfg, kv_summary)
         note = (result.summary.get("kv_tiers") or {}).get("block_size_note")
         if note and not quiet:
             click.echo(f"note: {note}", err=True)

@@ -173,22 +173,28 @@ class CallsWriter:
 
 
 def write_calls(
-    parts, path, metadata: dict[str, str] | None = None, columns=None, session_names=None
-):
+    parts, path, metadata: dict[str, str] | None = None, columns=None, session_names=None,
+    finish=None,
+):  # fmt: skip
     """Write the partials' calls rows to ``path`` (one Parquet row group each, atomic: temp
     file renamed at the end) in a background thread as they come; yields each partial,
     slimmed, for the merge. ``columns``: the columns to keep (default all); ``path`` None
-    writes nothing; ``session_names`` as in ``CallsWriter``."""
+    writes nothing; ``session_names`` as in ``CallsWriter``. ``finish``: an ExitStack that
+    closes the file (waits for the last row groups, renames it) when the caller leaves it, so
+    the merge's whole-trace figures are computed while the writer finishes; without it the
+    file is complete when the last partial has been taken."""
+    from contextlib import ExitStack
+
     from agentx.io import atomic_path
 
     if path is None:
         for p in parts:
             yield p.slim()
         return
-    with (
-        atomic_path(path, suffix=".parquet.tmp") as tmp,
-        CallsWriter(tmp, metadata, session_names=session_names) as out,
-    ):
+    with ExitStack() as own:
+        stack = own if finish is None else finish
+        tmp = stack.enter_context(atomic_path(path, suffix=".parquet.tmp"))
+        out = stack.enter_context(CallsWriter(tmp, metadata, session_names=session_names))
         for p in parts:
             out.write(p.calls if columns is None else p.calls.select(columns))
             yield p.slim()
