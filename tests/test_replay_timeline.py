@@ -80,3 +80,40 @@ def test_calls_writer_compresses_ints_and_mostly_zero_floats_only(tmp_path):
             "LZ4",
         ]
     assert pl.read_parquet(tmp_path / "c.parquet").height == 2000
+
+
+def _partials(n: int, rows: int = 3):
+    from agentx.replay.replay import Partial
+
+    for i in range(n):
+        frame = pl.DataFrame({"t_start_s": np.arange(rows) + 10.0 * i, "input_tokens": [1] * rows})
+        frame = frame.with_columns(output_tokens=1, ttft_s=1.0, decode_latency_s=1.0)
+        yield Partial(frame, np.zeros(1), 1, {}, 0)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(0, 5), st.integers(1, 4))
+def test_a_file_closed_by_the_callers_stack_has_the_same_bytes(tmp_path_factory, n, rows):
+    from contextlib import ExitStack
+
+    from agentx.replay.callsfile import write_calls
+
+    tmp = tmp_path_factory.mktemp("w")
+    list(write_calls(_partials(n, rows), tmp / "a.parquet"))
+    with ExitStack() as stack:
+        slims = list(write_calls(_partials(n, rows), tmp / "b.parquet", finish=stack))
+        assert len(slims) == n  # the merge has every partial before the file is closed
+    assert (tmp / "a.parquet").read_bytes() == (tmp / "b.parquet").read_bytes()
+
+
+def test_a_failure_before_the_callers_stack_closes_leaves_no_file(tmp_path):
+    from contextlib import ExitStack
+
+    import pytest
+
+    from agentx.replay.callsfile import write_calls
+
+    with pytest.raises(RuntimeError, match="^merge failed$"), ExitStack() as stack:
+        list(write_calls(_partials(3), tmp_path / "c.parquet", finish=stack))
+        raise RuntimeError("merge failed")
+    assert not list(tmp_path.iterdir())

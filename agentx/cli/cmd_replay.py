@@ -259,13 +259,15 @@ def command(
             cols = calls_columns(
                 calls_mode, tr.calls.columns + list(_priced_columns(kv is not None))
             )
-            kv_summary, session_names = kv.summary if kv is not None else None, tr.session_names
+            # the KV summary's per-link sums come with the partitions (kv/rows.py): read it after
+            kv_summary = (lambda k=kv: k.summary) if kv is not None else None
+            session_names = tr.session_names
             # from here the trace and the per-call KV outcome live only in the partition generator,
             # which lets go of them after the last partition, before the merge's whole-trace figures
             tr = kv = per_call = None
-            result = merge_partials(
-                write_calls(parts, calls_path, meta, cols, session_names), cfg, kv_summary
-            )
+            # the last row groups are written while the merge sorts (the run's stack closes it)
+            written = write_calls(parts, calls_path, meta, cols, session_names, finish=stack)
+            result = merge_partials(written, cfg, kv_summary)
         note = (result.summary.get("kv_tiers") or {}).get("block_size_note")
         if note and not quiet:
             click.echo(f"note: {note}", err=True)
@@ -348,7 +350,9 @@ def _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, 
         from agentx.kv.blocks import MAX_REFS
 
         phases.step("placing KV blocks in HBM/DRAM/SSD")
-        kv = replay_tiers(tr, cfg, max_refs=MAX_REFS if max_refs is None else max_refs)
+        kv = replay_tiers(tr, cfg, max_refs=MAX_REFS if max_refs is None else max_refs, lazy=True)
+        # the columns only the KV model reads go before pricing (calls.parquet never has them)
+        tr = dataclasses.replace(tr, calls=tr.calls.drop(KV_COLUMNS, strict=False))
     return tr, kv, cfg, operating_point, context
 
 

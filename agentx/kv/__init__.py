@@ -38,6 +38,8 @@ from agentx.kv.tiers import (
 from agentx.traces.io import Trace
 
 TIER_NAMES = ("hbm", "dram", "ssd")
+# trace columns only the KV model reads (pricing and calls.parquet never do)
+KV_ONLY_COLUMNS = ("is_compaction", "shared_prefix_tokens", "block_size_tokens", "block_hashes")
 
 
 @dataclass(frozen=True)
@@ -56,17 +58,23 @@ def replay_tiers(
     write_policy: str = "write-through",
     share_prefix: bool = True,
     max_refs: int = MAX_REFS,
+    lazy: bool = False,
 ) -> KvResult:
     """Where each call's reused prefix is found, and what moving it costs (docs/kv-tiers.md).
 
     A stream of more than ``max_refs`` block references is re-blocked to the smallest
-    power-of-two multiple of the block size that fits (``summary["block_size_note"]``)."""
+    power-of-two multiple of the block size that fits (``summary["block_size_note"]``).
+    ``lazy`` (the streaming replay): where the chain kernel runs, ``per_call`` is an
+    ``agentx.kv.rows.RowOutcome`` whose ``slice`` makes each partition's rows, and
+    ``summary`` is complete once every row was sliced (agentx/kv/rows.py); the trace is
+    handed over: ``KV_ONLY_COLUMNS`` are dropped from ``trace.calls`` (in place) once the
+    geometry is made, before the kernel runs."""
     caps = capacities or capacities_for(cfg)
     bpt = cfg.kv_bytes_per_token
     if policy == "lru" and write_policy == "write-through" and not has_hashes(trace):
         # the common case needs no block stream: chain positions are the blocks (kv/chains.py)
         with memory_guard(max_refs):
-            return _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs)
+            return _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs, lazy)
     with memory_guard(max_refs):
         stream = build_blocks(
             trace, block_size_tokens, share_prefix=share_prefix, max_refs=max_refs
@@ -93,20 +101,40 @@ def has_hashes(trace: Trace) -> bool:
     return df.height > 0 and bool(df["block_hashes"].is_not_null().all())
 
 
-def _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs) -> KvResult:
+def _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs, lazy=False):
     from agentx.kv.blocks import geometry
     from agentx.kv.chains import chain_outcomes
 
     g = geometry(trace, block_size_tokens, share_prefix=share_prefix, max_refs=max_refs)
+    if lazy:  # handed over by the streaming replay: what only the geometry read goes now
+        for c in KV_ONLY_COLUMNS:
+            if c in trace.calls.columns:
+                trace.calls.drop_in_place(c)
     acc, glob = chain_outcomes(g, caps.tokens(cfg.kv_bytes_per_token))
     g = _ChainFacts.of(g)  # the per-call geometry goes before the frame comes (10 M-call peak)
+    if lazy:
+        from agentx.kv.rows import LazyKvResult, RowOutcome
+
+        counts, geo = _chain_counts(g, acc, glob)
+        rows = RowOutcome(acc, g.row, trace.calls.height, cfg,
+                          lambda sums: _summary(counts, sums, geo, caps, "lru", "write-through", cfg))  # fmt: skip
+        return LazyKvResult(rows)
     return chains_result(trace, cfg, caps, g, acc, glob)
 
 
 def chains_result(trace, cfg, caps, g, acc, glob) -> KvResult:
     """The per-call frame and summary from the chain kernel's outputs (also kv-curve's);
     ``g``: the Geometry, or its ``_ChainFacts``."""
+    from agentx.kv.rows import acc_columns
+
     bpt = cfg.kv_bytes_per_token
+    counts, geo = _chain_counts(g, acc, glob)
+    per_call = finish_frame(acc_columns(acc), g.row, trace.calls.height, cfg, bpt)
+    return KvResult(per_call, _summary(counts, per_call, geo, caps, "lru", "write-through", cfg))
+
+
+def _chain_counts(g, acc, glob) -> tuple[dict, _GeoView]:
+    """The summary's counters (exact integers) and geometry facts, from the kernel's outputs."""
     counts = {
         "hits": {
             t: {"blocks": int(glob[i]), "tokens": int(acc[:, i].sum())}
@@ -117,15 +145,7 @@ def chains_result(trace, cfg, caps, g, acc, glob) -> KvResult:
         "block_references": g.n_refs,
         "pinned_tokens": 0,
     }
-    cols = {f"kv_{t}_hit_tokens": acc[:, i] for i, t in enumerate(TIER_NAMES)}
-    cols["kv_recompute_tokens"] = acc[:, 3]
-    # byte columns go in as token counts: finish_frame scales them once placed in row order
-    cols["kv_ssd_to_dram_bytes"] = acc[:, 4]
-    cols["kv_dram_to_hbm_bytes"] = acc[:, 5]
-    cols["kv_hbm_to_dram_bytes"] = cols["kv_dram_to_ssd_bytes"] = acc[:, 6]
-    per_call = finish_frame(cols, g.row, trace.calls.height, cfg, bpt)
-    geo = _GeoView(g.bs, g.note, _Totals.of(g.n_in), _Totals.of(g.reused))
-    return KvResult(per_call, _summary(counts, per_call, geo, caps, "lru", "write-through", cfg))
+    return counts, _GeoView(g.bs, g.note, _Totals.of(g.n_in), _Totals.of(g.reused))
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ API (resumable: the state persists between calls, so a streaming caller feeds ba
     st = ChainState(caps_tokens, block_size_tokens, pool=P, n_shared=S)
     acc = st.feed(base, n_blk, n_read, write_pos, n_in, reused, spt, sh_base)
         one batch of calls in time order (int64 arrays, one entry per call, as in
-        agentx.kv.blocks.Geometry except ``base``): returns ``acc`` (n, 7) int64, per call
+        agentx.kv.blocks.Geometry except ``base``): returns ``acc`` (n, 7) int32 (int64
+        when a prompt ``n_in`` reaches 2^31 tokens: a call's counts never pass it), per call
         tokens hit in HBM/DRAM/SSD, recompute tokens, SSD-load, DRAM|SSD-load and created
         block tokens (columns A_*). Any split of the calls into consecutive batches gives
         exactly the rows one whole batch gives. ``st.glob`` holds the running counters
@@ -108,7 +109,10 @@ class ChainState:
             raise UsageError(f"chain positions outside the pool of {self.ptime.size} (grow it)")
         if sh_hi > self.stime.size:
             raise UsageError(f"shared blocks outside the pool of {self.stime.size} (grow it)")
-        acc = np.zeros((base.size, 7), np.int64)
+        # a call's counts never pass its prompt: 32 bits unless a prompt reaches 2^31 tokens
+        # (half the memory and first-touch page zeroing of (calls, 7) int64)
+        wide = base.size and int(cols[4].max()) >= 2**31
+        acc = np.zeros((base.size, 7), np.int64 if wide else np.int32)
         k = 0
         while k < base.size:
             k = _feed(

@@ -14,6 +14,7 @@ that stream a trace (docs/kv-tiers.md, "Geometry in batches").
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -117,10 +118,14 @@ def geometry(
         raise UsageError(
             f"--block-size-tokens {bs} must be a multiple of the trace's {native}-token hash blocks"
         )
-    n_in, reused = _ints(df["input_tokens"]), _ints(df["reused_prefix_tokens"])
-    bs, note = fit_block_size(n_in, reused, bs, use_hashes, max_refs)
-    keys = call_keys(df, use_hashes)
-    row = time_order(df["t_start_s"].to_numpy(), keys.session, df["call_index"])
+    t = df["t_start_s"].to_numpy()
+    # the time sort needs no key (numpy lets go of the GIL while it sorts): on the other core
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        by_time = pool.submit(np.argsort, t)
+        n_in, reused = _ints(df["input_tokens"]), _ints(df["reused_prefix_tokens"])
+        bs, note = fit_block_size(n_in, reused, bs, use_hashes, max_refs)
+        keys = call_keys(df, use_hashes)
+        row = time_order(t, keys.session, df["call_index"], by_time.result())
     scope = trace.hash_scope if use_hashes else "none"
     spt_c = _chain_spt(keys, bs, share_prefix and scope != "global")
     groups = np.unique(spt_c)
@@ -213,10 +218,11 @@ def call_keys(df: pl.DataFrame, use_hashes: bool) -> CallKeys:
     return CallKeys(h_session.astype(np.int32)[run], chain, agent_of_chain, amin, session_of_agent)
 
 
-def time_order(t: np.ndarray, session: np.ndarray, call_index: pl.Series) -> np.ndarray:
+def time_order(t: np.ndarray, session: np.ndarray, call_index: pl.Series, row=None) -> np.ndarray:
     """Rows by (t, session, call_index), equal keys in row order (a stable multi-key sort):
-    one float sort, then only the rows whose time another row shares are sorted again."""
-    row = np.argsort(t)  # not stable: every tie is re-sorted below
+    one float sort, then only the rows whose time another row shares are sorted again.
+    ``row``: ``np.argsort(t)`` when already made (it is re-sorted in place)."""
+    row = np.argsort(t) if row is None else row  # not stable: every tie is re-sorted below
     resort_ties(row, t[row], lambda r: (call_index.gather(r).to_numpy(), session[r]))
     return row.astype(np.int32) if t.size < 2**31 else row
 

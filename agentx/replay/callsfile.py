@@ -96,18 +96,19 @@ class CallsWriter:
         self._slots = threading.Semaphore(depth)  # frames handed over and not yet written
         self._error: BaseException | None = None
         self._writer = None
+        self._sparse: set[str] | None = None  # float columns to compress (the first frame's)
         self._thread = threading.Thread(target=self._run, name="calls-writer", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        while (frame := self._queue.get()) is not None:
+        while (item := self._queue.get()) is not None:
             try:
                 if self._error is None:  # after an error, frames are only let go
-                    self._append(frame)
+                    self._append(item)
             except BaseException as err:  # noqa: BLE001 (handed to the producer thread)
                 self._error = err
             finally:
-                del frame
+                del item
                 self._slots.release()
         try:
             if self._writer is not None:
@@ -115,18 +116,27 @@ class CallsWriter:
         except BaseException as err:  # noqa: BLE001
             self._error = self._error or err
 
-    def _append(self, frame: pl.DataFrame) -> None:
-        import pyarrow.parquet as pq
-
+    def _arrow(self, frame: pl.DataFrame):
+        """The frame as the Arrow table to write, and the first frame's codec choice: made in
+        the caller's thread, which would otherwise wait for the writer (the writer thread is
+        the slower one: it only encodes)."""
         if self._names is not None and "session_id" in frame.columns:
             # integer session codes (read_trace_columns) are written as the ids
             ids = self._names.gather(frame.get_column("session_id"))
             frame = frame.with_columns(ids.alias("session_id"))
-        table = frame.to_arrow()
-        if self._writer is None:  # codecs from the first frame (deterministic for equal input)
+        first = self._sparse is None
+        if first:  # codecs from the first frame (deterministic for equal input)
+            self._sparse = sparse_floats(frame)
+        return frame.to_arrow(), first
+
+    def _append(self, item) -> None:
+        import pyarrow.parquet as pq
+
+        table, first = item
+        if first:
             meta = {k.encode(): v.encode() for k, v in self._meta.items()}
             schema = table.schema.with_metadata(meta)
-            opts = parquet_options(schema, sparse_floats(frame))
+            opts = parquet_options(schema, self._sparse)
             self._writer = pq.ParquetWriter(self._path, schema, **opts)
         if not table.schema.equals(self._writer.schema, check_metadata=False):
             table = table.cast(self._writer.schema)
@@ -138,8 +148,9 @@ class CallsWriter:
 
     def write(self, frame: pl.DataFrame) -> None:
         self._raise()
+        item = self._arrow(frame)
         self._slots.acquire()
-        self._queue.put(frame)
+        self._queue.put(item)
 
     def close(self) -> None:
         self._stop()
@@ -162,22 +173,28 @@ class CallsWriter:
 
 
 def write_calls(
-    parts, path, metadata: dict[str, str] | None = None, columns=None, session_names=None
-):
+    parts, path, metadata: dict[str, str] | None = None, columns=None, session_names=None,
+    finish=None,
+):  # fmt: skip
     """Write the partials' calls rows to ``path`` (one Parquet row group each, atomic: temp
     file renamed at the end) in a background thread as they come; yields each partial,
     slimmed, for the merge. ``columns``: the columns to keep (default all); ``path`` None
-    writes nothing; ``session_names`` as in ``CallsWriter``."""
+    writes nothing; ``session_names`` as in ``CallsWriter``. ``finish``: an ExitStack that
+    closes the file (waits for the last row groups, renames it) when the caller leaves it, so
+    the merge's whole-trace figures are computed while the writer finishes; without it the
+    file is complete when the last partial has been taken."""
+    from contextlib import ExitStack
+
     from agentx.io import atomic_path
 
     if path is None:
         for p in parts:
             yield p.slim()
         return
-    with (
-        atomic_path(path, suffix=".parquet.tmp") as tmp,
-        CallsWriter(tmp, metadata, session_names=session_names) as out,
-    ):
+    with ExitStack() as own:
+        stack = own if finish is None else finish
+        tmp = stack.enter_context(atomic_path(path, suffix=".parquet.tmp"))
+        out = stack.enter_context(CallsWriter(tmp, metadata, session_names=session_names))
         for p in parts:
             out.write(p.calls if columns is None else p.calls.select(columns))
             yield p.slim()

@@ -126,9 +126,15 @@ class Partial:
     over_context: int  # calls whose input + output tokens pass the model's max context
 
     def slim(self) -> Partial:
-        # copies: a priced column can be a view of the kernel's whole (stages × calls) array,
-        # which a zero-copy select would keep alive for every partition
-        cols = {c: np.array(self.calls.get_column(c).to_numpy()) for c in SLIM_COLUMNS}
+        # priced columns are copied: one can be a view of the kernel's whole (stages × calls)
+        # array, which a zero-copy select would keep alive for every partition; trace columns
+        # are kept as they are (slices of the trace's own columns: no second copy of them)
+        cols = {
+            c: self.calls.get_column(c)
+            if c in TRACE_COLUMNS
+            else np.array(self.calls.get_column(c).to_numpy())
+            for c in SLIM_COLUMNS
+        }
         return replace(self, calls=pl.DataFrame(cols))
 
 
@@ -163,15 +169,19 @@ def replay_partition(calls: pl.DataFrame, cfg: ServingConfig, kv_calls=None) -> 
     )
 
 
-def merge_partials(parts, cfg: ServingConfig, kv_summary: dict | None = None) -> ReplayResult:
+def merge_partials(parts, cfg: ServingConfig, kv_summary=None) -> ReplayResult:
     """One ``ReplayResult`` from the partials of disjoint partitions, in the order given.
 
     Per-call rows are concatenated (slim partials give a calls table of ``SLIM_COLUMNS``
     only); stage sums, token counts and sessions add; latency quantiles and the HBM peak
     (``resident_context``) are computed over all calls together, so they are exact.
+    ``kv_summary`` may be a function, called once every partial was taken (a summary whose
+    sums come with the partitions, agentx/kv/rows.py).
     """
     check_fits(cfg)  # before a lazy ``parts`` starts pricing (or writing)
     parts = list(parts)
+    if callable(kv_summary):
+        kv_summary = kv_summary()
     calls = pl.concat([p.calls for p in parts], how="vertical") if parts else None
     sums = np.zeros((len(STAGES), len(KEYS)))
     for p in parts:
@@ -179,7 +189,9 @@ def merge_partials(parts, cfg: ServingConfig, kv_summary: dict | None = None) ->
     if calls is None:
         calls = replay_partition(_empty_calls(), cfg).calls
     # one contiguous float array per column: the peak and the quantiles read whole columns
-    ttft, decode = (calls.get_column(c).to_numpy().astype(np.float64) for c in LATENCY)
+    ttft, decode = (
+        np.ascontiguousarray(calls.get_column(c).to_numpy(), np.float64) for c in LATENCY
+    )
     latency = {
         c: dict(zip(("p50", "p90", "p99"), quantiles(a, QUANTILES), strict=True))
         for c, a in zip(LATENCY, (ttft, decode), strict=True)

@@ -40,13 +40,10 @@ def resident_context(calls: pl.DataFrame, busy_s: np.ndarray, batch: int) -> tup
     holds ``batch`` of them at the active mean context; the peak over all arrival/finish
     events is reported (at equal times finishes first, each set in trace order).
     """
-    t0 = calls.get_column("t_start_s").to_numpy().astype(np.float64)
-    ctx = (
-        (calls.get_column("input_tokens") + calls.get_column("output_tokens"))
-        .to_numpy()
-        .astype(np.float64)
-    )
-    return peak_resident(t0, ctx, np.asarray(busy_s, dtype=np.float64), batch)
+    # (a contiguous float column is used as it is: no second copy)
+    t0 = np.asarray(calls.get_column("t_start_s").to_numpy(), np.float64)
+    ctx = (calls.get_column("input_tokens") + calls.get_column("output_tokens")).to_numpy()
+    return peak_resident(t0, ctx.astype(np.float64), np.asarray(busy_s, np.float64), batch)
 
 
 def peak_resident(

@@ -1,0 +1,109 @@
+"""The chain kernel's per-call KV outcome, kept compact and turned into ``PER_CALL`` rows per
+partition, when the streaming replay asks for them.
+
+A whole-trace ``PER_CALL`` frame is 9 columns of 8 bytes per call (720 MB at 10 M calls), made
+by a scatter from time order into row order that touches every page of it. The streaming
+driver (``agentx replay``) only ever needs one partition's rows at a time, so ``RowOutcome``
+keeps the kernel's 7 integers per call in row order (32-bit unless a prompt reaches 2^31
+tokens: 280 MB at 10 M), in blocks let go as soon as every row of a block was made (so it
+shrinks to nothing while the partitions are priced), and makes a partition's frame with
+``finish_frame`` itself: every per-call value is computed by the same operations on the same
+integers, so the rows (and calls.parquet) are bit-identical to slices of the whole frame.
+
+The summary's per-link float sums add the partitions' sums in order (as the out-of-core replay
+does, agentx.replay.outofcore), so they are complete once every row has been sliced; a float
+sum can differ from the whole column's in the last bits, like the stage sums of a streamed
+replay (docs/metrics.md).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from agentx.errors import UsageError
+from agentx.kv.tiers import PER_CALL, finish_frame
+
+BLOCK_ROWS = 1 << 16  # rows per block of the held outcome (1.8 MB at 28 B per row)
+
+
+def acc_columns(acc: np.ndarray) -> dict[str, np.ndarray]:
+    """``finish_frame``'s input from the kernel's ``acc`` columns (views): byte columns go in
+    as token counts (finish_frame scales them); write-through's two created-bytes columns are
+    one array."""
+    cols = {f"kv_{t}_hit_tokens": acc[:, i] for i, t in enumerate(("hbm", "dram", "ssd"))}
+    cols["kv_recompute_tokens"] = acc[:, 3]
+    cols["kv_ssd_to_dram_bytes"] = acc[:, 4]
+    cols["kv_dram_to_hbm_bytes"] = acc[:, 5]
+    cols["kv_hbm_to_dram_bytes"] = cols["kv_dram_to_ssd_bytes"] = acc[:, 6]
+    return cols
+
+
+class RowOutcome:
+    """``PER_CALL`` rows of any row range (``slice``), from the kernel's ``acc`` (time order,
+    ``row[k]``: the trace row of call k); ``summary`` once every row was sliced. Rows are
+    held in blocks of ``block_rows``, each let go once all its rows were sliced (so the
+    outcome shrinks while the partitions are priced). A row sliced twice is refused."""
+
+    def __init__(self, acc: np.ndarray, row: np.ndarray, n_rows: int, cfg, summarize,
+                 block_rows: int = BLOCK_ROWS) -> None:  # fmt: skip
+        if row.size != n_rows:  # every trace row is a call of the time order
+            raise UsageError(f"expected {n_rows} calls in time order, got {row.size}")
+        at = np.empty(n_rows, np.int64 if n_rows >= 2**31 else np.int32)
+        at[row] = np.arange(n_rows, dtype=at.dtype)  # each row's place in time order
+        self._b = block_rows
+        # int32 unless a prompt reaches 2^31 tokens; a block's rows gathered in row order
+        self._blocks = [
+            np.take(acc, at[a : a + block_rows], axis=0) for a in range(0, n_rows, block_rows)
+        ]
+        self._left_in = [blk.shape[0] for blk in self._blocks]
+        self._width = acc.shape[1]
+        self._cfg, self._summarize = cfg, summarize
+        self._sums: dict[str, float] = {c: 0.0 for c in PER_CALL}
+        self._left = n_rows
+        self.height = n_rows
+
+    def _take(self, offset: int, length: int) -> np.ndarray:
+        b, end, parts = self._b, offset + length, []
+        for k in range(offset // b, -(-end // b)):
+            lo, hi = max(offset, k * b) - k * b, min(end, (k + 1) * b) - k * b
+            if self._blocks[k] is None:
+                raise UsageError(f"rows {offset}..{end - 1} of the KV outcome were sliced before")
+            parts.append(self._blocks[k][lo:hi])
+            self._left_in[k] -= hi - lo
+            if self._left_in[k] == 0:  # every row of the block was made
+                self._blocks[k] = None
+        if not parts:
+            return np.zeros((0, self._width), np.int32)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def slice(self, offset: int, length: int) -> pl.DataFrame:
+        if offset < 0 or length < 0 or offset + length > self.height:
+            raise UsageError(
+                f"rows {offset}..{offset + length - 1} are outside 0..{self.height - 1}"
+            )
+        a = self._take(offset, length)
+        row = np.arange(a.shape[0], dtype=np.int32)
+        frame = finish_frame(acc_columns(a), row, a.shape[0], self._cfg, self._cfg.kv_bytes_per_token)  # fmt: skip
+        for c in PER_CALL:  # each partition's sums, added in partition order
+            self._sums[c] += float(frame.get_column(c).sum())
+        self._left -= a.shape[0]
+        return frame
+
+    @property
+    def summary(self) -> dict:
+        """summary.json["kv_tiers"]; the per-link sums need every row sliced first."""
+        if self._left != 0:
+            raise UsageError(f"{self._left} rows of the KV outcome were not sliced yet")
+        return self._summarize(pl.DataFrame({c: [v] for c, v in self._sums.items()}))
+
+
+class LazyKvResult:
+    """``KvResult``'s shape for the streaming replay: ``per_call`` is a ``RowOutcome``."""
+
+    def __init__(self, per_call: RowOutcome) -> None:
+        self.per_call = per_call
+
+    @property
+    def summary(self) -> dict:
+        return self.per_call.summary
