@@ -91,13 +91,12 @@ def command(trace, hw, model_name, gpus, kv_precision, block_size_tokens, policy
     (HBM, DRAM, SSD) grows while the other two keep their configured size: one exact LRU
     stack pass over every KV block reference of TRACE (SEED-5, 7, 13)."""
     from agentx.catalog import load_catalog
-    from agentx.cli.cmd_replay import KV_COLUMNS
     from agentx.io import check_output, write_parquet_atomic
     from agentx.kv import capacities_for
     from agentx.kv.blocks import MAX_REFS
     from agentx.kv.curve import curve as kv_curve
     from agentx.replay.config import make_config
-    from agentx.replay.replay import TRACE_COLUMNS
+    from agentx.replay.replay import KV_COLUMNS, TRACE_COLUMNS
     from agentx.traces.io import read_trace_columns
 
     if output is not None:

@@ -166,6 +166,7 @@ def command(
     from agentx.catalog import load_catalog
     from agentx.replay.config import engine_note, make_config
     from agentx.replay.replay import (
+        KV_COLUMNS,
         TRACE_COLUMNS,
         calls_columns,
         merge_partials,
@@ -310,9 +311,6 @@ def command(
         click.echo(f"wrote {run_dir}", err=True)
 
 
-KV_COLUMNS = ("is_compaction", "shared_prefix_tokens", "block_size_tokens", "block_hashes")
-
-
 def _priced_columns(kv_tiers: bool) -> tuple[str, ...]:
     from agentx.kv.tiers import PER_CALL
     from agentx.replay.replay import CALL_COLUMNS
@@ -322,7 +320,7 @@ def _priced_columns(kv_tiers: bool) -> tuple[str, ...]:
 
 def _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases, max_refs):
     """The in-memory replay's inputs: the trace, its KV tier outcome, the operating point."""
-    from agentx.replay.replay import TRACE_COLUMNS
+    from agentx.replay.replay import KV_COLUMNS, TRACE_COLUMNS
     from agentx.traces.io import read_trace, read_trace_columns
     from agentx.traces.transform import scale_load
 

@@ -30,6 +30,8 @@ TRACE_COLUMNS = (
     "new_tokens",
     "output_tokens",
 )
+# The trace columns only the KV tiers read (geometry and block ids).
+KV_COLUMNS = ("is_compaction", "shared_prefix_tokens", "block_size_tokens", "block_hashes")
 LATENCY = ("ttft_s", "decode_latency_s")
 CALL_KEYS = ("time_s", "energy_j", "flops", "hbm_bytes", "comm_bytes")
 ENERGY_MODEL = (
