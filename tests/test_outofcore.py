@@ -272,21 +272,13 @@ def test_weka_without_kv_tiers_streams_as_in_memory(tmp_path, weka_parquet):
         replay_file(weka_parquet, CFG)
 
 
-def test_cli_bad_chunk_rows_out_of_core_says_the_same(tmp_path, traces, monkeypatch):
-    want = _cli(traces[300], tmp_path / "a", "--chunk-rows", "0")
+@pytest.mark.parametrize("option", ["--chunk-rows", "--max-block-refs"])
+def test_cli_bad_option_out_of_core_says_the_same(tmp_path, traces, monkeypatch, option):
+    want = _cli(traces[300], tmp_path / "a", option, "0")
     monkeypatch.setattr("agentx.replay.outofcore.OUT_OF_CORE_ROWS", 10)
-    got = _cli(traces[300], tmp_path / "b", "--chunk-rows", "0")
+    got = _cli(traces[300], tmp_path / "b", option, "0")
     assert got.exit_code == want.exit_code == 2
     # (in memory the over-context warning of the read comes first; out of core nothing is read)
     assert got.output.splitlines()[-1] == want.output.splitlines()[-1]
-    assert got.output.splitlines()[-1] == "Error: --chunk-rows must be positive, got 0"
-
-
-def test_cli_bad_block_budget_out_of_core_says_the_same(tmp_path, traces, monkeypatch):
-    want = _cli(traces[300], tmp_path / "a", "--max-block-refs", "0")
-    monkeypatch.setattr("agentx.replay.outofcore.OUT_OF_CORE_ROWS", 10)
-    got = _cli(traces[300], tmp_path / "b", "--max-block-refs", "0")
-    assert got.exit_code == want.exit_code == 2
-    assert got.output.splitlines()[-1] == want.output.splitlines()[-1]
-    assert got.output.splitlines()[-1] == "Error: --max-block-refs must be positive, got 0"
+    assert got.output.splitlines()[-1] == f"Error: {option} must be positive, got 0"
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -42,9 +42,14 @@ def measured():
 
 
 @pytest.fixture(scope="module")
-def default_records(measured):
-    recs, _ = validate_points(CAT, measured[0])
-    return [r for r in recs if r["acceptance"]]
+def all_records(measured):
+    """Every compared (row, metric) with default efficiencies."""
+    return validate_points(CAT, measured[0])[0]
+
+
+@pytest.fixture(scope="module")
+def default_records(all_records):
+    return [r for r in all_records if r["acceptance"]]
 
 
 def _fmt(s):
@@ -136,18 +141,17 @@ def _acceptance_fit(p, draft_tokens: int, grid):
     return tp / p.measured["tpot_ms"]
 
 
-def test_mtp_rows_reproducible_and_acceptance_reported(measured, default_records):
+def test_mtp_rows_reproducible_and_acceptance_reported(measured, all_records, default_records):
     """The per-token acceptance that reproduces each MTP row's TPOT, with 1 draft token and
     with the draft length of the row's launch recipe (Speculation draft_tokens 0)."""
     grid = np.linspace(0.0, 0.99, 100)
     one, recipe, spans = {}, {}, {}
     # A row pins its rate only as exactly as the model predicts TPOT on rows of its kind: the
     # p90 |error| of the non-MTP, non-saturated single-node (acceptance set) or disaggregated rows
-    recs, _ = validate_points(CAT, measured[0])
     kind = {p.row: p for p in measured[0]}
     disagg = [
         r
-        for r in recs
+        for r in all_records
         if kind[r["row"]].disagg and not (kind[r["row"]].spec or kind[r["row"]].saturated)
     ]
     p90_tpot = {
@@ -338,9 +342,8 @@ def rows_markdown(points, records) -> str:
     return "\n".join(out)
 
 
-def test_validation_doc_row_table_is_current(measured):
-    recs, _ = validate_points(CAT, measured[0])
-    assert_block_current(DOC, BEGIN, END, rows_markdown(measured[0], recs))
+def test_validation_doc_row_table_is_current(measured, all_records):
+    assert_block_current(DOC, BEGIN, END, rows_markdown(measured[0], all_records))
 
 
 def test_unservable_layout_names_row_and_field(tmp_path):
