@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
@@ -22,14 +23,22 @@ CAT = load_catalog()
 def test_chosen_batch_is_the_largest_that_meets_the_target_and_fits(hw):
     cfg = make_config(CAT, hw, "kimi-k2", gpus=32)
     ctx = 100_000.0
-    for target in (20.0, 50.0, 100.0):
+    # 20: HBM binds; 50 and 60: interactivity binds. (32 B200/B300 GPUs span four 8-GPU
+    # nodes: EP32 dispatch/combine crosses the network, ~10 ms of collective latency per
+    # decode step, so one sequence decodes at ~66 tokens/s there and 100 is out of reach.)
+    limits = []
+    for target in (20.0, 50.0, 60.0):
         b, rec = batch_for_interactivity(cfg, target, ctx)
+        limits.append(rec["limited_by"])
         step = decode_step_time_s(cfg, np.array([b, b + 1]), ctx)
         assert step[0] <= 1 / target
         next_fits = (b + 1) * ctx <= max_resident_tokens(cfg)
         assert step[1] > 1 / target or not next_fits
         assert rec["limited_by"] == ("hbm" if step[1] <= 1 / target else "interactivity")
         assert rec["tokens_per_s_per_user"] >= target
+    assert limits == ["hbm", "interactivity", "interactivity"]
+    with pytest.raises(UsageError, match="out of reach") if hw != "gb200" else nullcontext():
+        batch_for_interactivity(cfg, 100.0, ctx)
 
 
 def test_faster_users_mean_smaller_batches():

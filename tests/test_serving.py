@@ -8,15 +8,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentx.catalog import load_catalog
-from agentx.replay.config import make_config
-from agentx.replay.interactivity import decode_step_time_s
-from agentx.serving.collectives import (
+from agentx.replay.collectives import (
     all_reduce_latency_s,
     all_to_all_latency_s,
     collective_floor_s,
     ffn_all_reduce_bytes,
     ffn_all_reduce_layers,
 )
+from agentx.replay.config import make_config
+from agentx.replay.interactivity import decode_step_time_s
 from agentx.serving.iteration import iteration_cost, iteration_time_s
 from agentx.serving.steady import (
     Speculation,

@@ -62,7 +62,8 @@ class Params(NamedTuple):
     chunk: float
     ep_token: float
     su_frac: float
-    tp_token: float
+    tp_token: float  # attention-output all-reduce bytes per token
+    ffn_ar_token: float  # FFN-output all-reduce bytes per filled token (TP-sharded FFN)
     xfer_su: float
     xfer_so: float
     floor_pass: float
@@ -109,6 +110,7 @@ def params(cfg: ServingConfig) -> tuple[Params, np.ndarray, np.ndarray]:
     """Kernel constants, the distinct-experts table per tokens-in-pass (0..chunk) followed by
     ``moe_pass_s`` at the same token counts (zeros without a measured MoE layer), and the
     per-token decode-experts costs in KEYS order."""
+    from agentx.replay.collectives import ffn_all_reduce_bytes
     from agentx.replay.stages import _ep_bytes, _floor_per_pass, _tp_bytes
 
     lay, m, c = layout(cfg), cfg.model, coefficients(cfg)
@@ -156,6 +158,7 @@ def params(cfg: ServingConfig) -> tuple[Params, np.ndarray, np.ndarray]:
         ep_token=float(_ep_bytes(cfg, 1.0)),
         su_frac=lay.su_frac_ep,
         tp_token=float(_tp_bytes(cfg, lay, 1.0)),
+        ffn_ar_token=float(ffn_all_reduce_bytes(cfg, 1.0)),
         xfer_su=float(xfer_su),
         xfer_so=float(xfer and not xfer_su),
         floor_pass=(fa + ff) / lay.att_replicas,
@@ -235,7 +238,7 @@ def _fill(q, dtab, n, p):
     kv_w = n * q.kv_rep * q.kv_token_b
     act = n * q.act_fill
     ep = n * q.ep_token
-    su_t = n * q.tp_token + ep * q.su_frac
+    su_t = n * q.tp_token + n * q.ffn_ar_token + ep * q.su_frac
     so_t = ep * (1.0 - q.su_frac)
     mid = p > 0
     im = q.imem_mid if mid else q.imem_pre

@@ -6,8 +6,10 @@ link bytes summed over all GPUs, including replicated work (the MLA latent read 
 tensor-parallel rank, NOTES.md (a)). ``time_s`` is instance-seconds: how long the whole
 instance is busy with this work when it is spread evenly over its GPUs. Time per forward
 pass is a two-part roofline (linear layers against weight bytes, then attention math against
-KV bytes, COST-MODEL.md §4) plus exposed communication plus kernel launch/latency floors.
-Formulas and the SEED claim each serves are in docs/metrics.md.
+KV bytes, COST-MODEL.md §4) plus exposed communication (TP all-reduces of the attention and
+tensor-parallel FFN outputs, EP dispatch/combine) plus kernel launch/latency floors and the
+collectives' latency above them (``agentx.replay.collectives``), as the serving iteration
+charges them. Formulas and the SEED claim each serves are in docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from agentx.catalog.types import ServingConfig
+from agentx.replay.collectives import collective_floors_s, ffn_all_reduce_bytes
 from agentx.replay.config import Layout, layout
 from agentx.replay.energy import energy_j
 
@@ -158,13 +161,21 @@ def _tp_bytes(cfg: ServingConfig, lay: Layout, tokens):
     )
 
 
-def _floor_per_pass(cfg: ServingConfig) -> tuple[float, float]:
+def _launch_floors_per_pass(cfg: ServingConfig) -> tuple[float, float]:
     """(attention, FFN/expert) launch floors of one forward pass, seconds."""
     m, f = cfg.model, layout(cfg).eff.kernel_floor_s
     ffn = (
         m.num_moe_layers * KERNELS_MOE + (m.num_layers - m.num_moe_layers) * KERNELS_DENSE_FFN
     ) * f
     return m.num_layers * KERNELS_ATTENTION * f, ffn
+
+
+def _floor_per_pass(cfg: ServingConfig) -> tuple[float, float]:
+    """(attention, FFN/expert) floors of one forward pass, seconds: the launch floors plus the
+    collectives' latency above them on each side (0 on one GPU)."""
+    fa, ff = _launch_floors_per_pass(cfg)
+    ca, cf = collective_floors_s(cfg)
+    return fa + ca, ff + cf
 
 
 def mla_mha_forms(m) -> tuple[float, float]:
@@ -238,7 +249,8 @@ def fill_cost(cfg: ServingConfig, new_tokens, prefix_tokens, batch_tokens=None) 
     kv_w = n * (lay.kv_rep * cfg.kv_bytes_per_token)
     act = n * (lay.act_attn_token_bytes + lay.act_ffn_token_bytes)
     ep = _ep_bytes(cfg, n)
-    su_t = _tp_bytes(cfg, lay, n) + ep * lay.su_frac_ep
+    # TP all-reduces (attention output every layer, FFN output where it is TP-sharded), then EP.
+    su_t = _tp_bytes(cfg, lay, n) + ffn_all_reduce_bytes(cfg, n) + ep * lay.su_frac_ep
     so_t = ep * (1.0 - lay.su_frac_ep)
     su, so = su_t, so_t
     if cfg.pools == "disaggregated":
@@ -304,7 +316,8 @@ def decode_attention_step(cfg: ServingConfig, batch_size, context_tokens_sum) ->
 
 def decode_experts_step(cfg: ServingConfig, batch_size) -> StageCost:
     """One decode step's FFN side for ``batch_size`` tokens: dense FFN layers, shared and
-    routed experts (distinct experts touched, SEED-11), router, LM head, EP dispatch/combine."""
+    routed experts (distinct experts touched, SEED-11), router, LM head, the FFN-output
+    all-reduce where the FFN is tensor-parallel, EP dispatch/combine."""
     lay, m = layout(cfg), cfg.model
     b = np.asarray(batch_size, dtype=np.float64)
     lin = b * (2.0 * (lay.ffn_linear_params + lay.head_params))
@@ -315,7 +328,7 @@ def decode_experts_step(cfg: ServingConfig, batch_size) -> StageCost:
             lay.exp_replicas * m.num_moe_layers * lay.expert_bytes
         ) * distinct_experts(cfg, per_rep)
     ep = _ep_bytes(cfg, b)
-    su, so = ep * lay.su_frac_ep, ep * (1.0 - lay.su_frac_ep)
+    su, so = ffn_all_reduce_bytes(cfg, b) + ep * lay.su_frac_ep, ep * (1.0 - lay.su_frac_ep)
     floors = _floor_per_pass(cfg)[1] * np.ones_like(b)
     e = lay.eff.decode_experts
     work = (lin, 0.0, wbytes, 0.0, 0.0, b * lay.act_ffn_token_bytes, su, so, su, so, floors)

@@ -29,7 +29,7 @@ Physics, per forward pass of the whole instance (COST-MODEL.md §3-4):
   is paid as repeated weight reads; tests/test_serving.py checks it).
 * Kernel launch/latency floors are paid once per pass (a token crosses each layer once), and
   so is the latency of each layer's collectives above that floor (NCCL's latency model,
-  ``agentx.serving.collectives``).
+  ``agentx.replay.collectives``).
 
 ``iteration_time_s`` is the stable entry point (signature frozen: #10 and #13 import it).
 """
@@ -39,16 +39,16 @@ from __future__ import annotations
 import numpy as np
 
 from agentx.catalog.types import ServingConfig
+from agentx.replay.collectives import collective_floor_s, ffn_all_reduce_bytes
 from agentx.replay.config import layout
 from agentx.replay.stages import (
     _ep_bytes,
-    _floor_per_pass,
+    _launch_floors_per_pass,
     _tp_bytes,
     distinct_experts,
     mla_mha_forms,
     pair_layers,
 )
-from agentx.serving.collectives import collective_floor_s, ffn_all_reduce_bytes
 from agentx.serving.kernels import mla_decode_s, moe_layer_s
 
 MMA_M = 64.0  # rows per tensor-core MMA issue (wgmma m64 / tcgen05 M=64)
@@ -165,7 +165,7 @@ def iteration_cost(
         su / (g * sysm.scale_up_bytes_per_s * e.communication),
         so / (g * sysm.scale_out_bytes_per_s * e.communication),
     )
-    fa, ff = _floor_per_pass(cfg)
+    fa, ff = _launch_floors_per_pass(cfg)
     floor_s = (fa + ff + collective_floor_s(cfg)) * (tok > 0)
     time_s = pp * (linear_s + attention_s + activation_s + comm_s) + floor_s
     return {

@@ -1,10 +1,12 @@
-"""Latency floor of the collectives in one forward pass (decode-size messages).
+"""Collectives of one forward pass: their latency floor, and the FFN all-reduce bytes.
 
 At decode batch sizes a TP all-reduce or an EP dispatch/combine moves tens to hundreds of
 kilobytes: its time is set by the per-step latency of the collective, not by link bandwidth,
-and ``iteration_cost`` prices the bandwidth part only (plus one generic kernel floor per
-small kernel, collectives included). This module adds, per collective, the part of the
-latency above that kernel floor.
+and the rooflines price the bandwidth part only (plus one generic kernel floor per small
+kernel, collectives included). This module adds, per collective, the part of the latency
+above that kernel floor. Both the replay closed forms (``agentx.replay.stages``, through
+``_floor_per_pass``, and so the compiled pricing kernel) and the serving iteration
+(``agentx.serving.iteration``) charge it, and the FFN all-reduce bytes, from here.
 
 Latency model: NCCL's own tuning model (NVIDIA/nccl ``src/graph/tuning.cc``, read at commit
 01afd20a77b5804e0ecf1042509dd9d20ebf9e93): a Ring/LL collective costs
@@ -72,8 +74,9 @@ def ffn_all_reduce_bytes(cfg: ServingConfig, tokens):
     return tokens * (2.0 * (cfg.tp - 1) * h * b * layers)
 
 
-def collective_floor_s(cfg: ServingConfig) -> float:
-    """Seconds per forward pass that the collectives' latency adds above the kernel floors."""
+def _collective_floor_parts(cfg: ServingConfig) -> tuple[float, float, float]:
+    """Seconds per forward pass above the kernel floors: (attention-output all-reduces,
+    FFN-output all-reduces, MoE dispatch + combine)."""
     lay, m = layout(cfg), cfg.model
     dom = cfg.system.scale_up_domain_gpus
     floor = lay.eff.kernel_floor_s  # each collective already pays one kernel floor
@@ -82,8 +85,21 @@ def collective_floor_s(cfg: ServingConfig) -> float:
     def above(lat: float) -> float:
         return max(lat * scale - floor, 0.0) if lat > 0 else 0.0
 
-    total = m.num_layers * above(all_reduce_latency_s(lay.att_tp, dom))
-    total += ffn_all_reduce_layers(cfg) * above(all_reduce_latency_s(cfg.tp, dom))
+    attention = m.num_layers * above(all_reduce_latency_s(lay.att_tp, dom))
+    ffn = ffn_all_reduce_layers(cfg) * above(all_reduce_latency_s(cfg.tp, dom))
+    moe = 0.0
     if m.is_moe and cfg.ep > 1:
-        total += m.num_moe_layers * 2.0 * above(all_to_all_latency_s(cfg.ep, dom))
-    return total
+        moe = m.num_moe_layers * 2.0 * above(all_to_all_latency_s(cfg.ep, dom))
+    return attention, ffn, moe
+
+
+def collective_floor_s(cfg: ServingConfig) -> float:
+    """Seconds per forward pass that the collectives' latency adds above the kernel floors."""
+    attention, ffn, moe = _collective_floor_parts(cfg)
+    return attention + ffn + moe
+
+
+def collective_floors_s(cfg: ServingConfig) -> tuple[float, float]:
+    """``collective_floor_s`` split as replay splits a pass: (attention side, FFN/expert side)."""
+    attention, ffn, moe = _collective_floor_parts(cfg)
+    return attention, ffn + moe
