@@ -30,6 +30,10 @@ CFGS = {
     "gptoss-b200": make_config(CAT, "b200", "gpt-oss-120b", gpus=8),  # sliding-window layers
     "maverick-b300": make_config(CAT, "b300", "llama4-maverick", gpus=8),  # chunked layers
     "llama70b-mi355x": make_config(CAT, "mi355x", "llama3.1-70b", gpus=8, weight_precision="bf16"),
+    # tensor-parallel experts (ep 1): every MoE layer all-reduces its output over tp ranks
+    "qwen3-b200-tp4-ep1": make_config(
+        CAT, "b200", "qwen3-235b-a22b", gpus=8, tp=4, ep=1, dp_attention=False
+    ),
     # measured MoE kernel tables (--serving-engine): one expert group, and two groups
     "dsv3-h200-trt": make_config(
         CAT, "h200", "deepseek-v3", gpus=8, tp=8, ep=8, dp_attention=False, engine="trt"
