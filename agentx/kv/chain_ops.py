@@ -146,46 +146,6 @@ def _dist(bf, wt, sc, p):  # pragma: no cover (compiled)
 
 
 @nb.njit(cache=True, _nrt=False, inline="always")
-def _take(bf, wt, sc, p0, t0, n, w):  # pragma: no cover (compiled)
-    """The blocks at times p0..p0+n-1 move to t0.. (p0 + n <= t0), or when ``w`` >= 0 blocks
-    of ``w`` tokens each; returns their tokens. Only closed chunks update the tree."""
-    tok = 0
-    closed = sc[CLOSED]
-    x = 0
-    while x < n:
-        c = (p0 + x) // CHUNK
-        end = min(n, c * CHUNK + CHUNK - p0)
-        d = 0
-        for y in range(x, end):
-            v = wt[p0 + y] if w < 0 else w
-            wt[p0 + y] = 0
-            wt[t0 + y] = v
-            d += v
-        if c < closed:
-            _fen_add(bf, c, -d)
-        tok += d
-        x = end
-    return tok
-
-
-@nb.njit(cache=True, _nrt=False, inline="always")
-def _close(
-    k, kind, p0, t0, n, w, is_read, rt, caps, bf, wt, sc, acc, glob, rec
-):  # pragma: no cover
-    """A run of ``n`` references at times t0.. sharing one distance: query, move, account."""
-    if n == 0:
-        return
-    d = -1
-    if kind == LIVE:
-        d = _dist(bf, wt, sc, p0)
-        _take(bf, wt, sc, p0, t0, n, w)
-    else:
-        wt[t0 : t0 + n] = w
-        sc[TOTAL] += n * w
-    _account(k, d, n, n * w, is_read, rt, caps, acc, glob, rec, sc)
-
-
-@nb.njit(cache=True, _nrt=False, inline="always")
 def _account(k, d, n, tok, is_read, rt, caps, acc, glob, rec, sc):  # pragma: no cover
     """A run of ``n`` blocks (``tok`` tokens) at reuse distance ``d`` (-1: found nowhere)."""
     tier = _tier(d, caps) if d >= 0 else NOWHERE
@@ -206,124 +166,114 @@ def _account(k, d, n, tok, is_read, rt, caps, acc, glob, rec, sc):  # pragma: no
 
 
 @nb.njit(cache=True, _nrt=False, inline="always")
-def _place(wt, sc, t0, pw, q0, n):  # pragma: no cover (compiled)
-    """Put blocks of tokens pw[q0..q0+n) at times t0.. (open chunks); returns their tokens."""
-    tok = 0
-    for x in range(n):
-        v = pw[q0 + x]
-        wt[t0 + x] = v
-        tok += v
-    sc[TOTAL] += tok
-    return tok
+def _slot_add(bf, wt, sc, s, v):  # pragma: no cover (compiled)
+    """``v`` more tokens at window time ``s`` (and in the tree once its chunk has closed)."""
+    wt[s] += v
+    if s // CHUNK < sc[CLOSED]:
+        _fen_add(bf, s // CHUNK, v)
+
+
+@nb.njit(cache=True, _nrt=False, inline="always")
+def _section(
+    k, lo, hi, base, tm, tw, s, is_read, self_s, self_tok, nr, reused_k, n_in_k, bs, caps,
+    wt, bf, sc, acc, glob, rec,
+):  # fmt: skip  # pragma: no cover (compiled)
+    """Blocks ``base + lo .. base + hi - 1`` (times ``tm``, tokens ``tw``: the chain's positions
+    or the shared blocks) referenced in order, all now at window time ``s``, run by run: the
+    consecutive blocks sharing a previous time share one distance, the window's sum from
+    that time on (less ``self_tok`` when that time is ``self_s``, this call's shared reads)."""
+    sc[NOW] = s + 1  # what earlier runs put at s counts in later runs' distances
+    j = lo
+    while j < hi:
+        q = base + j
+        p = tm[q]
+        j1 = j + 1
+        tok = tw[q]
+        tm[q] = s
+        if p >= 0:
+            while j1 < hi and tm[base + j1] == p:
+                tm[base + j1] = s
+                tok += tw[base + j1]
+                j1 += 1
+            d = _dist(bf, wt, sc, p) - (self_tok if p == self_s else 0)
+            _slot_add(bf, wt, sc, p, -tok)
+        else:
+            if p == -1:  # never used (or gone from its chain): new
+                tok = tw[q] = min(bs, n_in_k - j * bs)
+                while j1 < hi and tm[base + j1] == -1:
+                    tm[base + j1] = s
+                    tok += min(bs, n_in_k - j1 * bs)
+                    tw[base + j1] = min(bs, n_in_k - j1 * bs)
+                    j1 += 1
+                glob[G_DISTINCT] += j1 - j
+            else:  # behind the horizon: found nowhere, placed again
+                while j1 < hi and tm[base + j1] == DEAD:
+                    tm[base + j1] = s
+                    tok += tw[base + j1]
+                    j1 += 1
+            d = -1
+            sc[TOTAL] += tok
+        _slot_add(bf, wt, sc, s, tok)
+        rt = (j1 - j) * bs - (nr * bs - reused_k if j1 == nr else 0) if is_read == 1 else 0
+        _account(k, d, j1 - j, tok, is_read, rt, caps, acc, glob, rec, sc)
+        j = j1
 
 
 @nb.njit(cache=True, _nrt=False, inline="always")
 def _call(
-    k,
-    t,
-    cb,
-    nr,
-    wp,
-    nb,
-    n_in_k,
-    reused_k,
-    spt_k,
-    sh_base_k,
-    bs,
-    caps,
-    ptime,
-    pw,
-    stime,
-    sw,
-    wt,
-    bf,
-    sc,
-    acc,
-    glob,
-    rec,
-):  # pragma: no cover (compiled)
-    """One call's references at window times t..: reads of positions [0, nr), then writes of
-    [wp, nb). Shared positions (< spt_k) go one by one, merged into runs where their previous
-    uses were consecutive; private ones are scanned run by run (tight loops over the chain).
-    ``sc[NOW]`` is the next time to fill while the call runs."""
-    # reads: shared positions
-    r_n = r_t0 = r_p0 = r_w = r_kind = r_rt = 0
-    last_p = -3
-    for part in range(2):
-        lo, hi = (0, min(nr, spt_k)) if part == 0 else (wp, min(nb, spt_k))
-        is_read = 1 - part
-        for j in range(lo, hi):
-            ti = t + j if part == 0 else t + nr + j - wp
-            b = sh_base_k + j
-            p = stime[b]
-            if p == -1:
-                sw[b] = min(bs, n_in_k - j * bs)
-                glob[G_DISTINCT] += 1
-            w = sw[b]
-            stime[b] = ti
-            rt = min(bs, reused_k - j * bs) if is_read == 1 else 0
-            kind = LIVE if p >= 0 else (NEW if p == -1 else DEAD)
-            # (a block used twice in one call has its previous use inside the run: p < r_t0)
-            if (
-                r_n > 0
-                and r_w == w
-                and r_kind == kind
-                and (kind != LIVE or (p == last_p + 1 and p < r_t0))
-            ):
-                r_n += 1
-                r_rt += rt
-            else:
-                sc[NOW] = r_t0
-                _close(k, r_kind, r_p0, r_t0, r_n, r_w, is_read, r_rt, caps, bf, wt, sc, acc, glob, rec)  # fmt: skip
-                r_n, r_t0, r_p0, r_w, r_kind, r_rt = 1, ti, p, w, kind, rt
-            last_p = p
-        sc[NOW] = r_t0
-        _close(k, r_kind, r_p0, r_t0, r_n, r_w, is_read, r_rt, caps, bf, wt, sc, acc, glob, rec)
-        r_n = 0
-        if part == 1:
-            break
-        # reads: private positions [spt, nr), run by run; a run's blocks may differ in size
-        # (a distance is shared whatever the sizes), so old short blocks do not cut runs
-        j = spt_k
-        while j < nr:
-            q = cb + j
-            p = ptime[q]
-            ptime[q] = t + j
-            j1 = j + 1
-            sc[NOW] = t + j
-            if p >= 0:
-                while j1 < nr and ptime[cb + j1] == p + (j1 - j):
-                    ptime[cb + j1] = t + j1
-                    j1 += 1
-                d = _dist(bf, wt, sc, p)
-                tok = _take(bf, wt, sc, p, t + j, j1 - j, -1)
-            else:
-                if p == -1:  # reused per the trace but never written in this chain: new
-                    pw[q] = min(bs, n_in_k - j * bs)
-                    while j1 < nr and ptime[cb + j1] == -1:
-                        pw[cb + j1] = min(bs, n_in_k - j1 * bs)
-                        ptime[cb + j1] = t + j1
-                        j1 += 1
-                    glob[G_DISTINCT] += j1 - j
-                else:
-                    while j1 < nr and ptime[cb + j1] == DEAD:
-                        ptime[cb + j1] = t + j1
-                        j1 += 1
-                d = -1
-                tok = _place(wt, sc, t + j, pw, q, j1 - j)
-            rt = (j1 - j) * bs - (nr * bs - reused_k if j1 == nr else 0)
-            _account(k, d, j1 - j, tok, 1, rt, caps, acc, glob, rec, sc)
-            j = j1
+    k, t, cb, nr, wp, nb, n_in_k, reused_k, spt_k, sh_base_k, bs, caps, ptime, pw, stime, sw,
+    wt, bf, sc, acc, glob, rec,
+):  # fmt: skip  # pragma: no cover (compiled)
+    """One call's references from window time t on, in four sections of one time each;
+    returns the next free time: reads of the shared blocks [0, min(nr, spt)), reads of the
+    chain's positions [spt, nr), writes of shared blocks [wp, min(nb, spt)), writes of new
+    blocks at positions [max(wp, spt), nb).
+
+    A time holds its blocks in the order they were referenced, so a run (consecutive blocks
+    sharing a previous time) starts at the first block still there: a call reads from block 0
+    of its shared prefix and from position ``spt`` of its chain up (``spt`` is the chain's,
+    agentx.kv.geometry), so every block before the run's at that time was read earlier in this
+    call and has moved; what stays behind (the read copy of a rewritten partial block,
+    positions past a shorter prompt) lies after it. The one exception is this call's own
+    shared reads, which its shared writes may use again: their blocks before ``wp`` are still
+    there, and leave the distance. The work per run is a few loads plus one pass over its
+    blocks: the window holds runs, not blocks."""
+    n0 = min(nr, spt_k)
+    s0 = t if n0 > 0 else -5  # (-5: no time)
+    s = t
+    if n0 > 0:
+        _section(k, 0, n0, sh_base_k, stime, sw, s, 1, -5, 0, nr, reused_k, n_in_k, bs, caps,
+                 wt, bf, sc, acc, glob, rec)  # fmt: skip
+        s += 1
+    if spt_k < nr:
+        _section(k, spt_k, nr, cb, ptime, pw, s, 1, -5, 0, nr, reused_k, n_in_k, bs, caps,
+                 wt, bf, sc, acc, glob, rec)  # fmt: skip
+        s += 1
+    h1 = min(nb, spt_k)
+    if wp < h1:
+        before = 0  # this call's shared reads before wp: still at s0, older than the writes
+        for j in range(min(wp, n0) if wp < n0 else 0):
+            before += sw[sh_base_k + j]
+        _section(k, wp, h1, sh_base_k, stime, sw, s, 0, s0, before, nr, reused_k, n_in_k, bs,
+                 caps, wt, bf, sc, acc, glob, rec)  # fmt: skip
+        s += 1
     # writes: private positions [max(wp, spt), nb) are new blocks (full, then maybe one short)
     j0 = max(wp, spt_k)
-    if j0 < nb:
-        full_end = nb if n_in_k - (nb - 1) * bs == bs else nb - 1
-        for x in range(j0, nb):
-            ptime[cb + x] = t + nr + x - wp
-            pw[cb + x] = bs if x < full_end else n_in_k - (nb - 1) * bs
-        glob[G_DISTINCT] += nb - j0
-        tok = _place(wt, sc, t + nr + j0 - wp, pw, cb + j0, nb - j0)
-        _account(k, -1, nb - j0, tok, 0, 0, caps, acc, glob, rec, sc)
+    if j0 >= nb:
+        return s
+    full_end = nb if n_in_k - (nb - 1) * bs == bs else nb - 1
+    tok = 0
+    for x in range(j0, nb):
+        v = bs if x < full_end else n_in_k - (nb - 1) * bs
+        pw[cb + x] = v
+        ptime[cb + x] = s
+        tok += v
+    glob[G_DISTINCT] += nb - j0
+    sc[NOW] = s + 1
+    _slot_add(bf, wt, sc, s, tok)
+    sc[TOTAL] += tok
+    _account(k, -1, nb - j0, tok, 0, 0, caps, acc, glob, rec, sc)
+    return s + 1
 
 
 @nb.njit(cache=True, _nrt=False)
@@ -358,9 +308,8 @@ def _feed(
             if ROOM * (sc[NOW] + nref) > wt.size:
                 return k
         t = sc[NOW]
-        _call(k, t, cb, n_read[k], write_pos[k], n_blk[k], n_in[k], reused[k], spt[k],
+        sc[NOW] = _call(k, t, cb, n_read[k], write_pos[k], n_blk[k], n_in[k], reused[k], spt[k],
               sh_base[k], bs, caps, ptime, pw, stime, sw, wt, bf, sc, acc, glob, rec)  # fmt: skip
-        sc[NOW] = t + nref
         # positions past this prompt are gone from the chain (their blocks age out)
         hi = max(phi[cb], n_blk[k]) if last[k] else phi[cb]
         for j in range(0 if last[k] else n_blk[k], hi):

@@ -17,7 +17,7 @@ import polars as pl
 from agentx.catalog.types import ServingConfig
 from agentx.kv import chains, chains_result
 from agentx.kv.blocks import geometry
-from agentx.kv.chain_ops import A_CREATED, R_CALL, R_DIST, R_N, R_READ, R_RT, R_TOK, ROOM
+from agentx.kv.chain_ops import A_CREATED, R_CALL, R_DIST, R_N, R_READ, R_RT, R_TOK
 from agentx.kv.curve import TIERS, check_grid, default_grid, link_sums
 from agentx.kv.tiers import TierCapacities
 from agentx.traces.io import Trace
@@ -31,10 +31,9 @@ def chain_curve(trace: Trace, cfg: ServingConfig, grid, caps: TierCapacities, bl
     g = geometry(trace, block_size_tokens, max_refs=max_refs)
     grid = None if grid is None else check_grid(grid)
     base = np.array([caps.hbm_bytes, caps.dram_bytes, caps.ssd_bytes])
-    # no horizon: the summary reports the largest reuse distance, however deep
-    # (the window then ends up holding every block written: size it once for them)
-    written = int(np.maximum(g.n_blk - np.maximum(g.write_pos, g.spt), 0).sum()) + g.n_shared
-    st, acc = chains.chain_pass(g, caps.tokens(bpt), horizon_tokens=np.inf, record=True, window=ROOM * written)  # fmt: skip
+    # no horizon: the summary reports the largest reuse distance, however deep (the window
+    # holds a few times per call, not per block: it grows as needed)
+    st, acc = chains.chain_pass(g, caps.tokens(bpt), horizon_tokens=np.inf, record=True)
     summary = chains_result(trace, cfg, caps, g, acc, st.glob).summary
     rec = st.records()
     max_dist_bytes = float(rec[:, R_DIST].max(initial=0)) * bpt
