@@ -8,6 +8,7 @@ capacities move the horizon, tiny windows force many compactions: neither may ch
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,6 +21,8 @@ from agentx.kv.policies import outcome
 from agentx.kv.tiers import per_call_frame
 from agentx.replay import make_config
 from agentx.testing import trace_objects
+from agentx.traces import schema as S
+from agentx.traces.io import Trace, trace_metadata
 from agentx.traces.synth import synthesize
 
 CFG = make_config(load_catalog(), "gb200", "kimi-k2", gpus=32)
@@ -94,3 +97,39 @@ def test_curve_point_sums_equal_the_per_call_frame(trace, caps):
         assert got[f"{link}_bytes"] == pytest.approx(pc[f"kv_{link}_bytes"].sum(), rel=1e-12)
     assert got["transfer_time_s"] == pytest.approx(pc["kv_transfer_time_s"].sum(), rel=1e-12)
     assert got["transfer_energy_j"] == pytest.approx(pc["kv_transfer_energy_j"].sum(), rel=1e-12)
+
+
+def _rows_trace(rows) -> Trace:
+    base = {"agent_id": None, "output_tokens": 10, "is_compaction": False, "block_size_tokens": None,
+            "block_hashes": None, "trigger": "user", "think_time_s": None, "model": None, "source": "test"}  # fmt: skip
+    full = [
+        {**base, **r, "new_tokens": r["input_tokens"] - r["reused_prefix_tokens"]} for r in rows
+    ]
+    return Trace(
+        pl.DataFrame(full, schema=S.SCHEMA),
+        trace_metadata("synth", block_size_tokens=None, hash_scope="none"),
+    )
+
+
+@pytest.mark.parametrize("ssd_tokens", [0, 64, 100, 200, 320, 400, 10_000])
+def test_shared_writes_reusing_the_same_calls_shared_reads(ssd_tokens):
+    """A reused prefix that ends inside a block of the shared prefix: the call reads shared
+    blocks 0..4 and writes 4..9 again, so block 4's write is a reuse within the call. Its
+    distance is block 4 alone (64 tokens), not the call's five shared reads (320): the blocks
+    read before it (0..3) stay behind it (chain_ops._call's one exception). SSD capacities
+    around both distances decide whether the write counts as created."""
+    bs = 64
+    rows = [
+        {"session_id": "a", "call_index": 0, "t_start_s": 0.0, "input_tokens": 1000,
+         "reused_prefix_tokens": 0, "shared_prefix_tokens": 640},
+        {"session_id": "b", "call_index": 0, "t_start_s": 5.0, "input_tokens": 1000,
+         "reused_prefix_tokens": 300, "shared_prefix_tokens": 640},
+        {"session_id": "b", "call_index": 1, "t_start_s": 9.0, "input_tokens": 1200,
+         "reused_prefix_tokens": 1000, "shared_prefix_tokens": 640},
+    ]  # fmt: skip
+    trace = _rows_trace(rows)
+    caps = TierCapacities(0.0, 0.0, ssd_tokens * BPT)
+    pc, summary = stream_path(trace, caps, bs)
+    got = replay_tiers(trace, CFG, caps, block_size_tokens=bs)
+    assert got.per_call.equals(pc)
+    assert got.summary == summary

@@ -252,7 +252,7 @@ def _call(
     h1 = min(nb, spt_k)
     if wp < h1:
         before = 0  # this call's shared reads before wp: still at s0, older than the writes
-        for j in range(min(wp, n0) if wp < n0 else 0):
+        for j in range(wp if wp < n0 else 0):
             before += sw[sh_base_k + j]
         _section(k, wp, h1, sh_base_k, stime, sw, s, 0, s0, before, nr, reused_k, n_in_k, bs,
                  caps, wt, bf, sc, acc, glob, rec)  # fmt: skip
