@@ -89,16 +89,16 @@ def cross_validated(measured):
 
 
 # Round 4 (measured kernel times): the p90s are met; the medians, met before (11.5 %), are now
-# above the default-efficiency medians (11.2 %), i.e. the per-system fit on a system's other
+# above the default-efficiency medians (11.3 %), i.e. the per-system fit on a system's other
 # engines transfers worse than the defaults (docs/validation.md, "After agentx calibrate").
 CV_TARGETS = [
-    ("tpot_ms", "median", 0.12, "TPOT LOGO median 13.1 % > 12 % (round 3: 11.5 %)"),
+    ("tpot_ms", "median", 0.12, "TPOT LOGO median 14.0 % > 12 % (round 3: 11.5 %)"),
     ("tpot_ms", "p90", 0.25, None),
     (
         "output_tok_s_per_gpu",
         "median",
         0.12,
-        "output/GPU LOGO median 12.2 % > 12 % (round 3: 11.5 %)",
+        "output/GPU LOGO median 12.8 % > 12 % (round 3: 11.5 %)",
     ),
     ("output_tok_s_per_gpu", "p90", 0.25, None),
 ]

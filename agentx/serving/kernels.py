@@ -22,8 +22,10 @@ Tables (milliseconds per MoE layer against the tokens entering the layer, balanc
   ``aic-core/src/aiconfigurator_core/systems/data/<gpu>/moe/<engine>/<version>/moe_perf.parquet``
   at commit 095f58a5; rows ``hidden_size 7168, inter_size 2048, num_experts 256, topk 8,
   distribution balanced``): TRT-LLM 1.3.0rc20 (H200 ``moe_torch_flow_cutlass`` fp8_block,
-  B200/B300 ``deepgemm`` fp8_block, B200 ``moe_torch_flow_min_latency`` nvfp4 = the TRTLLM
-  backend) and SGLang 0.5.10 (H200 ``sglang_fused_moe_triton`` fp8_block).
+  B200 ``deepgemm`` fp8_block, B200 ``moe_torch_flow_min_latency`` nvfp4 = the TRTLLM
+  backend), SGLang 0.5.10 (H200 ``sglang_fused_moe_triton`` fp8_block) and vLLM 0.24.0's
+  FlashInfer TRT-LLM-gen MoE on B200/B300 (fp8_block, nvfp4), the kernel SGLang's
+  ``flashinfer_trtllm`` MoE runner calls.
 * AMD MI355X: aiter's own tuning records (Kimi K2: ``kimik2_fp4_tuned_fmoe.csv``, 384 experts) of its fused-MoE kernels for DeepSeek-V3 (ROCm/aiter
   ``aiter/configs/model_configs/dsv3_fp4_tuned_fmoe.csv`` MXFP4 and
   ``a8w8_blockscale_tuned_fmoe_ds_v3.csv`` FP8 block-scale, ``cu_num 256``, column ``us``; the
@@ -56,10 +58,6 @@ _MS: dict[tuple[str, tuple[int, int]], tuple] = {
     ("aic-trt-b200-fp8-deepgemm", (4, 1)): (0.711, 0.8081, 1.0031, 1.6539, 3.0803),
     ("aic-trt-b200-fp8-deepgemm", (1, 8)): (0.2904, 0.3126, 0.3561, 0.5018, 0.8547),
     ("aic-trt-b200-fp8-deepgemm", (1, 4)): (0.5377, 0.5698, 0.6374, 0.8987, 1.5739),
-    ("aic-trt-b300-fp8-deepgemm", (8, 1)): (0.5058, 0.6069, 0.7996, 1.4511, 2.7517),
-    ("aic-trt-b300-fp8-deepgemm", (4, 1)): (0.7144, 0.8173, 1.0149, 1.6566, 3.0769),
-    ("aic-trt-b300-fp8-deepgemm", (1, 8)): (0.2907, 0.314, 0.3589, 0.506, 0.8534),
-    ("aic-trt-b300-fp8-deepgemm", (1, 4)): (0.6141, 0.5756, 0.6461, 0.9047, 1.5434),
     ("aic-trt-b200-nvfp4-trtllm", (8, 1)): (0.1548, 0.1846, 0.2435, 0.4212, 0.8069),
     ("aic-trt-b200-nvfp4-trtllm", (4, 1)): (0.2127, 0.2447, 0.3375, 0.5725, 1.0945),
     ("aic-trt-b200-nvfp4-trtllm", (1, 8)): (0.2328, 0.3317, 0.522, 0.9571, 1.8568),
@@ -79,6 +77,23 @@ _MS: dict[tuple[str, tuple[int, int]], tuple] = {
     # Kimi K2 (384 experts, top-8; aiter kimik2_fp4_tuned_fmoe.csv, shared fused: 385 / top-9)
     ("aiter-mi355x-kimi-mxfp4", (8, 1)): (0.28984, 0.39535, 0.56203, 0.88684, 1.54195),
     ("aiter-mi355x-kimi-mxfp4", (4, 1)): (0.48101, 0.62734, 0.83518, 1.22081, 2.04467),
+    # FlashInfer's TRT-LLM-gen block-scale MoE, the kernel SGLang's ``--moe-runner-backend
+    # flashinfer_trtllm`` calls, as AIConfigurator collected it through vLLM 0.24.0's FlashInfer
+    # TRT-LLM path (kernel_source ``vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic``
+    # fp8_block, ``vllm_compressedtensorsw4a4nvfp4moe_flashinfer_trtllm_trtllmnvfp4experts
+    # monolithic`` nvfp4; one record per point)
+    ("aic-fi-b200-fp8-trtllm", (8, 1)): (0.3979, 0.4596, 0.6409, 1.2342, 2.4127),
+    ("aic-fi-b200-fp8-trtllm", (4, 1)): (0.6582, 0.7264, 0.9916, 1.9335, 3.809),
+    ("aic-fi-b200-fp8-trtllm", (1, 8)): (0.661, 1.0903, 2.0658, 4.0829, 8.1376),
+    ("aic-fi-b200-fp8-trtllm", (1, 4)): (0.8659, 1.3112, 2.4193, 4.7744, 9.5166),
+    ("aic-fi-b300-fp8-trtllm", (8, 1)): (0.3838, 0.4468, 0.6092, 1.1672, 2.2872),
+    ("aic-fi-b300-fp8-trtllm", (4, 1)): (0.6366, 0.7055, 0.9381, 1.8263, 3.6055),
+    ("aic-fi-b300-fp8-trtllm", (1, 8)): (0.6336, 1.038, 1.95, 3.8493, 7.6984),
+    ("aic-fi-b300-fp8-trtllm", (1, 4)): (0.9039, 1.2635, 2.2895, 4.5235, 9.0436),
+    ("aic-fi-b300-nvfp4-trtllm", (8, 1)): (0.2309, 0.2795, 0.3798, 0.591, 1.1313),
+    ("aic-fi-b300-nvfp4-trtllm", (4, 1)): (0.3153, 0.3677, 0.4695, 0.7394, 1.4142),
+    ("aic-fi-b300-nvfp4-trtllm", (1, 8)): (0.2534, 0.3644, 0.5889, 1.0717, 2.0779),
+    ("aic-fi-b300-nvfp4-trtllm", (1, 4)): (0.4373, 0.4958, 0.7328, 1.2781, 2.5478),
 }
 SOURCES = {
     "aic": _AIC,
@@ -90,8 +105,10 @@ SHARED_IN_KERNEL = 8.0 / 9.0  # aiter fuses the shared expert: routed share of i
 
 # (engine, hardware, routed-expert format) -> table; what each launch script runs
 # (InferenceX benchmarks/single_node/fixed_seq_len/dsr1_*.sh): TRT-LLM H200 MOE_BACKEND=CUTLASS,
-# B200 TRTLLM; SGLang B200/B300 --moe-runner-backend flashinfer_trtllm (TRT-LLM's kernels; the
-# FP8 block-scale table is DeepGEMM's, the nearest measured), H200 the Triton fused MoE; ATOM and
+# B200 TRTLLM (FP8 block-scale: DeepGEMM's table, the FP8 block-scale kernel AIConfigurator
+# collected for TRT-LLM on B200, the nearest measured); SGLang B200/B300 --moe-runner-backend
+# flashinfer_trtllm: FlashInfer's TRT-LLM-gen MoE (measured through vLLM's FlashInfer path;
+# NVFP4 on B200 through TRT-LLM's own trtllm-gen table), H200 the Triton fused MoE; ATOM and
 # SGLang on MI355X aiter's fused MoE.
 # vLLM on MI355X (Kimi K2.5 MXFP4) runs aiter's fused MoE too (VLLM_ROCM_USE_AITER=1 with
 # the shared expert fused, kimik2.5_fp4_mi355x.sh); vLLM on H200 runs Kimi's W4A16 experts on
@@ -103,8 +120,9 @@ _ENGINE_TABLE = {
     ("trt", "b200", _DSV3, "fp8"): "aic-trt-b200-fp8-deepgemm",
     ("trt", "b200", _DSV3, "nvfp4"): "aic-trt-b200-nvfp4-trtllm",
     ("sglang", "h200", _DSV3, "fp8"): "aic-sglang-h200-fp8-triton",
-    ("sglang", "b200", _DSV3, "fp8"): "aic-trt-b200-fp8-deepgemm",
-    ("sglang", "b300", _DSV3, "fp8"): "aic-trt-b300-fp8-deepgemm",
+    ("sglang", "b200", _DSV3, "fp8"): "aic-fi-b200-fp8-trtllm",
+    ("sglang", "b300", _DSV3, "fp8"): "aic-fi-b300-fp8-trtllm",
+    ("sglang", "b300", _DSV3, "nvfp4"): "aic-fi-b300-nvfp4-trtllm",
     ("sglang", "b200", _DSV3, "nvfp4"): "aic-trt-b200-nvfp4-trtllm",
     ("sglang", "mi355x", _DSV3, "mxfp4"): "aiter-mi355x-mxfp4",
     ("atom", "mi355x", _DSV3, "mxfp4"): "aiter-mi355x-mxfp4",
