@@ -56,7 +56,9 @@ def test_calls_writer_raises_a_failed_write_and_leaves_no_file(tmp_path):
     assert pl.read_parquet(out)["t_start_s"].to_list() == [1.0, 2.0, 1.0, 2.0]
 
 
-def test_calls_writer_compresses_ints_and_mostly_zero_floats_only(tmp_path):
+def test_calls_writer_codecs_per_column_kind(tmp_path):
+    """Integers delta-encoded then lz4, strings zstd, dense floats plain and uncompressed,
+    mostly-zero floats lz4 (chosen on the first frame and kept); values round-trip."""
     import pyarrow.parquet as pq
 
     from agentx.replay.callsfile import CallsWriter
@@ -66,20 +68,22 @@ def test_calls_writer_compresses_ints_and_mostly_zero_floats_only(tmp_path):
             "input_tokens": np.arange(1000),
             "ttft_s": np.linspace(0.1, 9.0, 1000),  # dense
             "prefill_time_s": np.where(np.arange(1000) % 10 == 0, 1.5, 0.0),  # mostly zeros
+            "agent_id": ["main", "sub"] * 500,
         }
     )
     with CallsWriter(tmp_path / "c.parquet") as w:
         w.write(frame)
         w.write(frame.with_columns(prefill_time_s=pl.lit(2.0)))  # codecs stay the first's
     md = pq.ParquetFile(tmp_path / "c.parquet").metadata
+    lz4 = ("LZ4_RAW", "LZ4")
     for g in range(md.num_row_groups):
-        codecs = [md.row_group(g).column(j).compression for j in range(3)]
-        assert codecs == ["ZSTD", "UNCOMPRESSED", "LZ4_RAW"] or codecs == [
-            "ZSTD",
-            "UNCOMPRESSED",
-            "LZ4",
-        ]
-    assert pl.read_parquet(tmp_path / "c.parquet").height == 2000
+        col = [md.row_group(g).column(j) for j in range(4)]
+        assert col[0].compression in lz4 and "DELTA_BINARY_PACKED" in col[0].encodings
+        assert col[1].compression == "UNCOMPRESSED"
+        assert col[2].compression in lz4
+        assert col[3].compression == "ZSTD"
+    back = pl.read_parquet(tmp_path / "c.parquet")
+    assert back.equals(pl.concat([frame, frame.with_columns(prefill_time_s=pl.lit(2.0))]))
 
 
 def _partials(n: int, rows: int = 3):
