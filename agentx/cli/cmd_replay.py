@@ -218,6 +218,10 @@ def command(
         )  # fmt: skip
     phases = Phases("replay", 4, enabled=False if quiet else None)
     meta = {"agentx.run_kind": "replay", "agentx.table": "calls"}
+    if run_dir is not None:  # run.json names the trace by its hash: made while the run works
+        from agentx.io import prefetch_fingerprint
+
+        prefetch_fingerprint(trace)
     streamed = load_scale == 1.0 and over_context == "warn" and interactivity is None
     if streamed:  # a trace too large for memory replays out of core (same results)
         from agentx.replay.outofcore import OUT_OF_CORE_ROWS
