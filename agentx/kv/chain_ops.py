@@ -1,8 +1,8 @@
 """Compiled steps of the chain kernel (agentx.kv.chains): the time window and one call.
 
-The window ``wt`` holds, at each reference time, the tokens of the block whose latest
-reference it is (0 once the block moved on); a reuse distance is the window's sum from the
-previous reference to now. ``sc`` = (now, total, closed): the next free time, the window's sum
+The window ``wt`` holds, at each reference time, the tokens of the blocks whose latest
+reference it is (one time per section of a call: its blocks, in reference order, until they
+move on); a reuse distance is the window's sum from the previous reference's time to now. ``sc`` = (now, total, closed): the next free time, the window's sum
 (a running total, so a query needs only the part before the previous reference) and how many
 ``CHUNK``-time chunks a Fenwick tree ``bf`` sums. Chunks at or after ``closed`` are still
 being filled: placing blocks there touches only ``wt``; a chunk joins the tree once ``now``
@@ -34,7 +34,7 @@ NOW, TOTAL, CLOSED, REC = 0, 1, 2, 3  # sc fields (REC: rows of ``rec`` filled)
 # block tokens, read tokens, is a read
 R_CALL, R_DIST, R_N, R_TOK, R_RT, R_READ = range(6)
 AHEAD = 32  # calls
-ROOM = 4  # a compacted window has room for ROOM x its live blocks: few compactions
+ROOM = 4  # a compacted window has room for ROOM x its live times: few compactions
 
 
 @intrinsic
