@@ -133,3 +133,32 @@ def test_shared_writes_reusing_the_same_calls_shared_reads(ssd_tokens):
     got = replay_tiers(trace, CFG, caps, block_size_tokens=bs)
     assert got.per_call.equals(pc)
     assert got.summary == summary
+
+
+@settings(max_examples=60)
+@given(
+    trace_objects(max_sessions=4, max_calls_per_session=6),
+    st.lists(st.integers(0, 63), min_size=24, max_size=24),
+    st.sampled_from([64, 192, 640]),
+    caps_st,
+)
+def test_unaligned_reuse_inside_long_shared_prefixes_equals_block_stream(trace, cut, spt, caps):
+    """Reused prefixes that end inside a block (a shared one too) and shared prefixes of
+    several blocks, which block-aligned traces never reach: every outcome still equals the
+    block stream. (Whether such a run's distance crosses a tier depends on the capacities;
+    test_shared_writes_reusing_the_same_calls_shared_reads pins that case exactly.)"""
+    df = trace.calls
+    if df.height == 0:
+        return
+    back = pl.Series([cut[i % len(cut)] for i in range(df.height)])
+    reused = (df["reused_prefix_tokens"] - back).clip(lower_bound=0)
+    df = df.with_columns(
+        reused_prefix_tokens=reused,
+        new_tokens=df["input_tokens"] - reused,
+        shared_prefix_tokens=pl.min_horizontal(pl.lit(spt), df["input_tokens"]),
+    )
+    trace = Trace(df, trace.meta)
+    pc, summary = stream_path(trace, caps, 64)
+    got = replay_tiers(trace, CFG, caps, block_size_tokens=64)
+    assert got.per_call.equals(pc)
+    assert got.summary == summary
