@@ -194,3 +194,42 @@ def test_cli_says_once_when_no_table_fits(sample_trace):
         "routed experts priced by the roofline"
     )
     assert res.stderr.splitlines().count(note) == 1
+
+
+def _simulate(sample, out, *extra):
+    res = CliRunner().invoke(
+        cli,
+        ["simulate", str(sample), "--hw", "h200", "--model", "deepseek-v3", "--pools", "aggregated",
+         "-q", "-o", str(out), *extra],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    from agentx.runs import read_run
+
+    return read_run(out)
+
+
+def test_simulate_with_engine_prices_fills_with_the_measured_kernel(sample_trace, tmp_path):
+    """``simulate --serving-engine`` reaches the time-stepped model's fill costs (the same
+    ``fill_cost``): TRT-LLM's measured MoE layer is never faster than the roofline on these
+    tables, so the fill pool is busy longer and the median first token comes later (single
+    calls may still start sooner: batching and queues shift); the run records the engine;
+    without it run.json has no engine key, as before."""
+    plain = _simulate(sample_trace, tmp_path / "plain")
+    trt = _simulate(sample_trace, tmp_path / "trt", "--serving-engine", "trt")
+    assert "serving_engine" not in plain.manifest["config"]
+    assert trt.manifest["config"]["serving_engine"] == "trt"
+    assert trt.summary()["fill_busy_s"] > plain.summary()["fill_busy_s"] > 0
+    a, b = plain.table("sim_calls"), trt.table("sim_calls")
+    assert a.height == b.height > 0
+    assert b["ttft_s"].median() > a["ttft_s"].median()
+
+
+def test_simulate_unknown_serving_engine(sample_trace, tmp_path):
+    res = CliRunner().invoke(
+        cli,
+        ["simulate", str(sample_trace), "--hw", "h200", "--serving-engine", "trtt", "-o",
+         str(tmp_path / "o")],
+    )  # fmt: skip
+    assert res.exit_code == 2
+    assert res.output == "Error: unknown serving engine 'trtt'; did you mean 'trt'?\n"
+    assert not (tmp_path / "o").exists()

@@ -88,6 +88,27 @@ def precision_option(what: str):
     )
 
 
+def _known_engine(ctx, param, value):
+    """An unknown engine fails before any input is read (one line, did you mean)."""
+    if value is not None:
+        from agentx.errors import UnknownNameError
+        from agentx.replay.config import ENGINES
+
+        if value not in ENGINES:
+            raise UnknownNameError("serving engine", value, ENGINES)
+    return value
+
+
+serving_engine_option = click.option(
+    "--serving-engine",
+    default=None,
+    metavar="ENGINE",
+    callback=_known_engine,
+    help="trt, sglang, vllm or atom: price the fills' routed experts with that engine's measured "
+    "MoE kernel where one is tabled for the layout (default: roofline).",
+)
+
+
 def layout_options(f):
     """``--tp --ep --pp --dp-attention/--tp-attention`` and the three precision options, with
     the parameter names ``make_config`` takes (for commands that build a deployment)."""

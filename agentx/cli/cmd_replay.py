@@ -24,6 +24,7 @@ from agentx.cli._common import (
     quiet_option,
     run_dir_option,
     say_over_context,
+    serving_engine_option,
     trace_or_dataset_argument,
 )
 from agentx.cli._fleet import engine_options, routing_options
@@ -84,13 +85,7 @@ from agentx.units import GB
     help="Zipf exponent of expert routing (0 = uniform).",
 )
 @pools_option
-@click.option(
-    "--serving-engine",
-    default=None,
-    metavar="ENGINE",
-    help="trt, sglang, vllm or atom: price the fills' routed experts with that engine's measured "
-    "MoE kernel where one is tabled for the layout (default: roofline).",
-)
+@serving_engine_option
 @click.option(
     "--kv-tiers/--no-kv-tiers",
     default=True,

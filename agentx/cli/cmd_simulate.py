@@ -23,6 +23,7 @@ from agentx.cli._common import (
     quiet_option,
     resolve_gpus,
     run_dir_option,
+    serving_engine_option,
     trace_argument,
 )
 from agentx.dynamics.admission import POLICIES
@@ -130,6 +131,7 @@ MAX_BATCH = 1 << 20
     "workspace leave of it (vLLM's flag).",
 )
 @layout_options
+@serving_engine_option
 @catalog_option
 @run_dir_option(
     "sim_calls, sim_timeseries (--users: agentic_calls, agentic_timeseries, agentic_sweep)",
@@ -167,6 +169,7 @@ def command(
     weight_precision,
     expert_precision,
     kv_precision,
+    serving_engine,
     catalog_files,
     run_dir,
     as_json,
@@ -224,7 +227,7 @@ def command(
             offload=offload, preemption=preemption, util=gpu_memory_utilization,
             layout={"tp": tp, "ep": ep, "pp": pp, "dp_attention": dp_attention,
                     "weight_precision": weight_precision, "expert_precision": expert_precision,
-                    "kv_precision": kv_precision},
+                    "kv_precision": kv_precision, "engine": serving_engine},
         )  # fmt: skip
         return
     phases = Phases("simulate", 3, enabled=False if quiet else None)
@@ -257,7 +260,7 @@ def command(
     phases.step(f"stepping time on {gpus} × {hw} ({pools}, {policy})")
     layout = {"tp": tp, "ep": ep, "pp": pp, "dp_attention": dp_attention,
               "weight_precision": weight_precision, "expert_precision": expert_precision,
-              "kv_precision": kv_precision}  # fmt: skip
+              "kv_precision": kv_precision, "engine": serving_engine}  # fmt: skip
     res = run_layout(tr.calls, cat, hw, model_name, gpus, pools, pol, cfg, fill_gpus, **layout)
     s = res.summary
     s["output_tokens_per_s_per_gpu"] = s["output_tokens"] / max(s["span_s"], 1e-9) / gpus
@@ -277,6 +280,8 @@ def command(
             "fill_gpus": s["fill_gpus"],
             **s["config"],
             "policy": s["policy_params"],
+            # absent without it: runs without an engine stay as they were
+            **({"serving_engine": serving_engine} if serving_engine is not None else {}),
         },
         catalog_version=cat.version,
         guard=catalog_files,
