@@ -149,13 +149,16 @@ def test_engine_fill_monotone_in_new_tokens_and_energy_non_negative(name, n, p, 
     assert float(base.flops) == float(plain.flops)
 
 
-def _replay(sample, out, *extra):
-    res = CliRunner().invoke(
-        cli,
-        ["replay", str(sample), "--hw", "h200", "--model", "deepseek-v3", "--calls", "full",
-         "-q", "-o", str(out), *extra],
-    )  # fmt: skip
+def _ok(command, sample, out, *extra):
+    """``command`` on the sample, DeepSeek-V3 on H200, into run folder ``out``."""
+    args = [command, str(sample), "--hw", "h200", "--model", "deepseek-v3", "-q", "-o", str(out)]
+    res = CliRunner().invoke(cli, [*args, *extra])
     assert res.exit_code == 0, res.output
+    return res
+
+
+def _replay(sample, out, *extra):
+    res = _ok("replay", sample, out, "--calls", "full", *extra)
     return pl.read_parquet(out / "calls.parquet"), res
 
 
@@ -197,14 +200,9 @@ def test_cli_says_once_when_no_table_fits(sample_trace):
 
 
 def _simulate(sample, out, *extra):
-    res = CliRunner().invoke(
-        cli,
-        ["simulate", str(sample), "--hw", "h200", "--model", "deepseek-v3", "--pools", "aggregated",
-         "-q", "-o", str(out), *extra],
-    )  # fmt: skip
-    assert res.exit_code == 0, res.output
     from agentx.runs import read_run
 
+    _ok("simulate", sample, out, "--pools", "aggregated", *extra)
     return read_run(out)
 
 
