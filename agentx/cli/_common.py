@@ -109,6 +109,12 @@ serving_engine_option = click.option(
 )
 
 
+def serving_engine_config(engine: str | None) -> dict:
+    """run.json's entry for ``--serving-engine``: present only when one was given, so runs
+    without it stay as they were."""
+    return {} if engine is None else {"serving_engine": engine}
+
+
 def layout_options(f):
     """``--tp --ep --pp --dp-attention/--tp-attention`` and the three precision options, with
     the parameter names ``make_config`` takes (for commands that build a deployment)."""

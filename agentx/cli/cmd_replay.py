@@ -24,6 +24,7 @@ from agentx.cli._common import (
     quiet_option,
     run_dir_option,
     say_over_context,
+    serving_engine_config,
     serving_engine_option,
     trace_or_dataset_argument,
 )
@@ -288,8 +289,7 @@ def command(
                 "load_scale": load_scale, "over_context": over_context,
                 "efficiencies": dataclasses.asdict(cfg.efficiencies),
             }  # fmt: skip
-            if serving_engine is not None:  # absent otherwise: runs without it stay as they were
-                config["serving_engine"] = serving_engine
+            config.update(serving_engine_config(serving_engine))
             phases.step("writing the run")
             write_run_files(
                 folder,

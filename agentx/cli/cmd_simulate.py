@@ -23,6 +23,7 @@ from agentx.cli._common import (
     quiet_option,
     resolve_gpus,
     run_dir_option,
+    serving_engine_config,
     serving_engine_option,
     trace_argument,
 )
@@ -280,8 +281,7 @@ def command(
             "fill_gpus": s["fill_gpus"],
             **s["config"],
             "policy": s["policy_params"],
-            # absent without it: runs without an engine stay as they were
-            **({"serving_engine": serving_engine} if serving_engine is not None else {}),
+            **serving_engine_config(serving_engine),
         },
         catalog_version=cat.version,
         guard=catalog_files,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import polars as pl
 
-from agentx.cli._common import emit_json, print_table
+from agentx.cli._common import emit_json, print_table, serving_engine_config
 
 TABLE = (
     "users",
@@ -77,7 +77,8 @@ def run_agentic(
         summary={"runs": summaries},
         inputs={"trace": trace},
         config={"hw": hw, "model": model, "gpus": gpus, "users": ns,
-                "gpu_memory_utilization": util, **_named(layout), **summaries[0]["config"]},
+                "gpu_memory_utilization": util, **{k: v for k, v in layout.items() if k != "engine"},
+                **serving_engine_config(layout.get("engine")), **summaries[0]["config"]},
         catalog_version=cat.version,
     )  # fmt: skip
     phases.done()
@@ -90,12 +91,3 @@ def run_agentic(
         print_table(table.select(TABLE).with_columns(pl.col(pl.Float64).round(4)))
     if not quiet:
         click.echo(f"wrote {run_dir}", err=True)
-
-
-def _named(layout: dict) -> dict:
-    """The layout as run.json names it: the engine as ``serving_engine``, and only when set
-    (runs without one stay as they were)."""
-    out = {k: v for k, v in layout.items() if k != "engine"}
-    if layout.get("engine") is not None:
-        out["serving_engine"] = layout["engine"]
-    return out

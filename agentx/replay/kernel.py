@@ -192,7 +192,7 @@ def params(cfg: ServingConfig) -> tuple[Params, np.ndarray, np.ndarray]:
         exp_step_micro=exp_micro,
         floors_step=fa + ff,
         routed_token_flops=2.0 * m.active_routed_params if moe_on else 0.0,
-        moe_chunk_s=float(dtab[-1]) if moe_on else 0.0,
+        moe_chunk_s=float(moe[-1]),  # 0 without a measured MoE layer
     )
     per_token = np.array([float(step[k]) / b for k in KEYS])
     return p, dtab, per_token
