@@ -22,6 +22,11 @@ def gb(n_bytes: float) -> float:
     return float(n_bytes) / GB
 
 
+def rss_gb(maxrss_kib: float) -> float:
+    """A peak RSS as Linux's ``getrusage`` reports it (``ru_maxrss``, in KiB) as GB (1e9)."""
+    return float(maxrss_kib) * 1024 / GB
+
+
 def ms(seconds: float) -> float:
     """Seconds as milliseconds."""
     return float(seconds) / MS

@@ -28,6 +28,7 @@ from agentx.kv.blocks import BlockStream, build_blocks  # noqa: E402
 from agentx.kv.stack import lru_stack  # noqa: E402
 from agentx.replay.config import make_config  # noqa: E402
 from agentx.traces.io import read_trace  # noqa: E402
+from agentx.units import rss_gb  # noqa: E402
 
 
 def timed(label: str, fn, *args, **kw):
@@ -104,7 +105,7 @@ def main() -> None:
     timed("kv_curve at five budgets (x 3 tiers)", kv_curve, tr, cfg, grid)
     timed("replay_tiers at 256-token serving blocks", replay_tiers, tr, cfg, block_size_tokens=256)
     timed("replay_tiers, belady (3 MIN runs), 256-token blocks", replay_tiers, tr, cfg, policy="belady", block_size_tokens=256)  # fmt: skip
-    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    peak_gb = rss_gb(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     print(f"{'peak resident memory (Weka steps)':<58} {peak_gb:8.2f} GB")
     big_synthetic(cfg)
 
@@ -120,7 +121,7 @@ def big_synthetic(cfg) -> None:
     print(f"  block size {s['block_size_tokens']} tokens, references {s['block_references']:,}")
     print(f"  {s['block_size_note']}")
     print(f"{'  -> block references per second (whole replay_tiers)':<58} {s['block_references'] / dt / 1e6:8.2f} M/s")  # fmt: skip
-    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    peak_gb = rss_gb(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     print(f"{'peak resident memory (all steps)':<58} {peak_gb:8.2f} GB")
 
 

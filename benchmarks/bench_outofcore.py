@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from agentx.units import rss_gb
+
 
 def run_once(trace: Path, in_memory: bool, calls: str) -> tuple[float, float, float]:
     """(wall s, user+sys CPU s, peak RSS GB) of one ``agentx replay`` from its own rusage."""
@@ -38,7 +40,7 @@ def run_once(trace: Path, in_memory: bool, calls: str) -> tuple[float, float, fl
         wall = time.perf_counter() - t
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"failed: {' '.join(cmd)}")
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1e6
+    return wall, usage.ru_utime + usage.ru_stime, rss_gb(usage.ru_maxrss)
 
 
 def main() -> None:

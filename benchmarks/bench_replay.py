@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from agentx.units import rss_gb
+
 PARALLEL_CALLS = 200_000
 
 
@@ -107,7 +109,7 @@ def _child(cmd: list[str]) -> tuple[float, float, float]:
     wall = time.perf_counter() - t
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"failed: {' '.join(cmd)}")
-    return wall, usage.ru_maxrss / 1e6, usage.ru_utime + usage.ru_stime
+    return wall, rss_gb(usage.ru_maxrss), usage.ru_utime + usage.ru_stime
 
 
 def bench_scale(trace: Path, repeats: int, curve: bool = True) -> None:

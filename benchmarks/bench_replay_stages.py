@@ -21,12 +21,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from agentx.units import rss_gb
+
 
 def _hwm_gb() -> float:
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1e6
+                return rss_gb(int(line.split()[1]))
     return float("nan")
 
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentx.fmt import frame, num
-from agentx.units import GB, display, parse_duration_s
+from agentx.units import GB, display, parse_duration_s, rss_gb
 
 
 def parse(text: str) -> float:
@@ -58,3 +58,9 @@ def test_display_and_durations():
     assert [parse_duration_s(t) for t in ("50ms", "3s", "0.5", "2min")] == [0.05, 3.0, 0.5, 120.0]
     with pytest.raises(ValueError):
         parse_duration_s("fast")
+
+
+def test_rss_gb_reads_getrusage_kib():
+    # ru_maxrss is KiB on Linux: 1,953,125 KiB is exactly 2e9 bytes, not 1.95 "GB"
+    assert rss_gb(1_953_125) == 2.0
+    assert rss_gb(1_945_000) > 1.99

@@ -26,7 +26,7 @@ from agentx.errors import AgentxError, one_line
 # and concatenates into fresh pages the kernel must zero again (0.9 M faults, ~1.5 CPU s of
 # system time at 10 M calls). 100 ms, purged by jemalloc's background thread, reuses pages
 # within a burst and keeps the same peak (10 M calls, four alternating runs each: system time
-# 3.3-3.8 s instead of 3.6-5.0 s, peak RSS 1.943 GB both). Set before polars is first
+# 3.3-3.8 s instead of 3.6-5.0 s, peak RSS 1.943 M KiB, 1.99 GB, both). Set before polars is first
 # imported, which puts its own default first (so ours, later, wins); a user's own setting
 # comes last and wins. polars' default inherited from a parent process that imported polars
 # is not a user's setting.

@@ -44,8 +44,8 @@ from agentx.replay.stages import KEYS, STAGES
 from agentx.traces.partitions import NotStreamable, open_trace
 
 # Traces with more rows than this replay out of core. In memory a replay with KV tiers peaks
-# at ~195 B a call (10 M synth calls: 1.94 GB, --calls full too; --no-kv-tiers 1.61 GB), out of
-# core at ~1.8-1.9 GB whatever the length, and in memory is ~2x faster.
+# at ~200 B a call (10 M synth calls: 1.99 GB, --calls full too; --no-kv-tiers 1.65 GB), out of
+# core at ~1.85-1.95 GB whatever the length, and in memory is ~2x faster.
 OUT_OF_CORE_ROWS = int(os.environ.get("AGENTX_OUT_OF_CORE_ROWS", 10_000_000))
 BUCKET_ROWS = 1 << 20  # calls per time range: one range is sorted in memory at a time
 SAMPLE = 1 << 20  # t_start_s values sampled to place the time ranges
