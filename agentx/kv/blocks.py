@@ -77,10 +77,11 @@ def build_blocks(
     """The reference stream of ``trace`` at ``block_size_tokens`` (default: the trace's own),
     coarsened by powers of two until it has at most ``max_refs`` references."""
     g = geometry(trace, block_size_tokens, share_prefix=share_prefix, max_refs=max_refs)
-    df, bs, n_blk, n_read, write_pos, ref_off, spt = (
-        trace.calls, g.bs, g.n_blk, g.n_read, g.write_pos, g.ref_off, g.spt,
-    )  # fmt: skip
     # the block stream keeps int64 throughout (its policies multiply ids by call counts)
+    n_blk, n_read, write_pos, spt, sh_base, n_in, reused = (
+        np.asarray(a, np.int64) for a in (g.n_blk, g.n_read, g.write_pos, g.spt, g.sh_base, g.n_in, g.reused)
+    )  # fmt: skip
+    df, bs, ref_off = trace.calls, g.bs, g.ref_off
     row, chain, agent = g.row.astype(np.int64), g.chain.astype(np.int64), g.agent
     out = np.empty(int(ref_off[-1]), np.int64)
     if g.use_hashes:
@@ -89,7 +90,7 @@ def build_blocks(
         shared = np.arange(n_blocks) >= n_private
     else:
         order = np.lexsort((np.arange(len(chain)), chain))
-        geo = (n_blk, n_read, write_pos, ref_off, spt, g.sh_base)
+        geo = (n_blk, n_read, write_pos, ref_off, spt, sh_base)
         n_blocks = int(_synth_kernel(order, chain, *geo, g.n_shared, out))
         shared = np.arange(n_blocks) < g.n_shared
     sessions = g.session  # dense session ranks per call, time order
@@ -101,8 +102,8 @@ def build_blocks(
         ref_off=ref_off,
         n_read=n_read,
         write_pos=write_pos,
-        input_tokens=g.n_in,
-        reused_tokens=g.reused,
+        input_tokens=n_in,
+        reused_tokens=reused,
         ref_block=out,
         n_blocks=n_blocks,
         shared=shared,

@@ -101,7 +101,11 @@ class ChainState:
         _release(self.ptime, self.phi, np.asarray(bases, np.int64), np.asarray(widths, np.int64))
 
     def feed(self, base, n_blk, n_read, write_pos, n_in, reused, spt, sh_base, last=None) -> np.ndarray:  # fmt: skip
-        cols = [np.ascontiguousarray(a, np.int64) for a in (base, n_blk, n_read, write_pos, n_in, reused, spt, sh_base)]  # fmt: skip
+        # the geometry's columns go in as they are when all are int32 (agentx.kv.geometry);
+        # else all as int64: two compiled variants of the kernel, no 80 MB copy per column
+        geo = (n_blk, n_read, write_pos, n_in, reused, spt, sh_base)
+        dt = np.int32 if all(np.asarray(a).dtype == np.int32 for a in geo) else np.int64
+        cols = [np.ascontiguousarray(base, np.int64), *(np.ascontiguousarray(a, dt) for a in geo)]
         last = np.zeros(cols[0].size, np.bool_) if last is None else np.asarray(last, np.bool_)
         base, n_blk, _, _, _, _, spt, sh_base = cols
         lo, hi, sh_hi = _bounds(base, n_blk, spt, sh_base)  # one pass, no temporaries

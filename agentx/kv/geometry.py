@@ -55,7 +55,8 @@ class Geometry:
     ``spt``: leading blocks of the call that are shared-prefix blocks (0 with global hashes
     or ``share_prefix=False``); without hashes shared ids come first, one run per distinct
     ``spt`` (``sh_base``: the call's first shared id; ``n_shared`` ids in all). ``row`` and
-    ``chain`` are int32, the token and block columns int64; ``ref_off``, ``agent`` and
+    ``chain`` are int32, the token and block columns int32 unless a prompt (or the shared ids)
+    reaches 2^31 tokens, then int64; ``ref_off``, ``agent`` and
     ``spt_tokens`` are made on first use (the chain kernel needs none of them)."""
 
     row: np.ndarray
@@ -175,7 +176,12 @@ def shared_groups(calls: pl.DataFrame, block_size_tokens: int, share_prefix: boo
 def _geometry(row, keys, n_in, reused, spt_c, groups, bs, note, use_hashes, native, scope):
     base = np.cumsum(groups) - groups  # shared ids: one run per distinct spt, in value order
     shb_c = base[np.searchsorted(groups, spt_c)] if groups.size else np.zeros(0, np.int64)
-    cols = assemble(row, n_in, reused, keys.chain, spt_c, shb_c, bs, use_hashes)
+    # a call's blocks, positions and shared ids never pass its prompt's tokens (nor the
+    # shared ids' count): 32 bits unless those reach 2^31, 28 B a call less (10 M calls:
+    # 280 MB of the chain kernel's peak)
+    top = max(int(n_in.max(initial=0)) + bs, int(base[-1] + groups[-1]) if groups.size else 0)
+    like = np.empty(0, np.int32 if top < 2**31 else np.int64)
+    cols = assemble(row, n_in, reused, keys.chain, spt_c, shb_c, bs, use_hashes, like)
     spt_tok = keys.agent_spt_tokens[keys.agent_of_chain]
     return Geometry(
         row=row, bs=bs, note=note, use_hashes=use_hashes, native=native, scope=scope,

@@ -57,17 +57,18 @@ def ref_counts(n_in, reused, bs, k, use_hashes):  # pragma: no cover (compiled)
 
 
 @nb.njit(cache=True)
-def assemble(row, n_in, reused, chain, spt_c, shb_c, bs, use_hashes):  # pragma: no cover
-    """Per call in time order: tokens, blocks, read/write positions, chain, shared prefix."""
+def assemble(row, n_in, reused, chain, spt_c, shb_c, bs, use_hashes, like):  # pragma: no cover
+    """Per call in time order: tokens, blocks, read/write positions, chain, shared prefix;
+    the token and block columns of ``like``'s dtype (int32 where every value fits)."""
     n = row.size
-    o_in = np.empty(n, np.int64)
-    o_re = np.empty(n, np.int64)
-    o_blk = np.empty(n, np.int64)
-    o_rd = np.empty(n, np.int64)
-    o_wp = np.empty(n, np.int64)
+    o_in = np.empty(n, like.dtype)
+    o_re = np.empty(n, like.dtype)
+    o_blk = np.empty(n, like.dtype)
+    o_rd = np.empty(n, like.dtype)
+    o_wp = np.empty(n, like.dtype)
     o_ch = np.empty_like(chain)
-    o_spt = np.empty(n, np.int64)
-    o_shb = np.empty(n, np.int64)
+    o_spt = np.empty(n, like.dtype)
+    o_shb = np.empty(n, like.dtype)
     refs = 0
     sh = _log2(bs)
     for k in range(n):
