@@ -22,8 +22,10 @@ from agentx.cli import cli
 from agentx.kv import replay_tiers
 from agentx.replay import make_config, replay_trace
 from agentx.replay.replay import (
+    CALL_COLUMNS,
     SLIM_COLUMNS,
     merge_partials,
+    priced_columns,
     replay_chunks,
     replay_partition,
     session_cuts,
@@ -95,6 +97,17 @@ def test_any_chunk_size_gives_the_whole(rows):
     assert all(a in session_starts(TRACE.calls) for a, _ in cuts)  # only between sessions
     got = merge_partials(replay_chunks(TRACE.calls, CFG, KV.per_call, rows), CFG, KV.summary)
     assert_results_close(got, WHOLE)
+
+
+@settings(max_examples=25)
+@given(st.sets(st.sampled_from(CALL_COLUMNS)))
+def test_a_partition_prices_only_the_columns_asked_and_the_same_sums(wanted):
+    full = replay_partition(TRACE.calls, CFG, KV.per_call)
+    some = replay_partition(TRACE.calls, CFG, KV.per_call, priced_columns(wanted))
+    kept = [c for c in CALL_COLUMNS if c in wanted or c in ("ttft_s", "decode_latency_s")]
+    assert [c for c in some.calls.columns if c in CALL_COLUMNS] == kept
+    assert some.calls.equals(full.calls.select(some.calls.columns))
+    assert some.sums.tobytes() == full.sums.tobytes()
 
 
 def test_sessions_out_of_order_are_one_partition():

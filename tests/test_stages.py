@@ -300,7 +300,10 @@ def test_parallel_kernel_is_byte_identical_to_the_serial_one():
     z = np.zeros(0)
     cols, sums = kernel.price(q, dtab, et, n, p, m, z, z)
     serial = np.empty_like(cols)
-    serial_sums = kernel._price_serial(q, dtab, et, n, p, m, z, z, serial)
+    serial_sums = kernel._price_serial(q, dtab, et, n, p, m, z, z, serial, np.arange(kernel.N_ROWS))
     assert cols.tobytes() == serial.tobytes() and sums.tobytes() == serial_sums.tobytes()
+    keep = np.array([20, 0, 21, 7])  # some rows, any order: those rows, the same sums
+    some, some_sums = kernel.price(q, dtab, et, n, p, m, z, z, keep)
+    assert some.tobytes() == cols[keep].tobytes() and some_sums.tobytes() == sums.tobytes()
     fill = fill_cost(cfg, n[:50], p[:50], batch_tokens=cfg.prefill_chunk_tokens)
     np.testing.assert_allclose(cols[0, :50] + cols[5, :50], fill["time_s"], rtol=1e-9)

@@ -256,10 +256,12 @@ def command(
         if result is None:
             # Partitions are priced, written as row groups of calls.parquet and dropped as they come.
             per_call = kv.per_call if kv is not None else None
-            parts = replay_chunks(tr.calls, cfg, per_call, chunk_rows)
             cols = calls_columns(
                 calls_mode, tr.calls.columns + list(_priced_columns(kv is not None))
             )
+            # only what calls.parquet keeps is priced per call (the stage sums take every row)
+            priced = () if calls_path is None else cols
+            parts = replay_chunks(tr.calls, cfg, per_call, chunk_rows, priced)
             # the KV summary's per-link sums come with the partitions (kv/rows.py): read it after
             kv_summary = (lambda k=kv: k.summary) if kv is not None else None
             session_names = tr.session_names

@@ -315,7 +315,7 @@ def _one(q, dtab, exp_tok, n, p, m, xt, xe, buf, j, acc):
     buf[22, j] = e + ea + m * exp_tok[K_ENERGY]
 
 
-def _price(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e, cols):  # pragma: no cover
+def _price(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e, cols, keep):  # pragma: no cover
     n_calls = new.size
     sums = np.zeros((BLOCKS, 4, N_KEYS))
     has_kv = xfer_t.size == n_calls
@@ -330,9 +330,10 @@ def _price(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e, cols):  # prag
                 xt = xfer_t[i] if has_kv else 0.0
                 xe = xfer_e[i] if has_kv else 0.0
                 _one(q, dtab, exp_tok, new[i], prefix[i], output[i], xt, xe, buf, i - t0, sums[blk])
-            for r in range(N_ROWS):  # a loop, not a slice assignment: compiles 1.5 s faster
+            for a in range(keep.size):  # a loop, not a slice assignment: compiles 1.5 s faster
+                r = keep[a]
                 for i in range(t0, t1):
-                    cols[r, i] = buf[r, i - t0]
+                    cols[a, i] = buf[r, i - t0]
     return sums
 
 
@@ -341,9 +342,11 @@ _price_parallel = numba.njit(cache=True, parallel=True, error_model="numpy")(_pr
 PARALLEL_FROM_CALLS = 200_000  # below this, thread start-up and barriers cost more than they save
 
 
-def price(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e):
-    """(columns (N_ROWS × calls), per-block stage sums (BLOCKS × 4 × len(KEYS)))."""
+def price(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e, keep=None):
+    """(columns (rows ``keep`` of the N_ROWS, default all, × calls), per-block stage sums
+    (BLOCKS × 4 × len(KEYS)), which cover every row whatever ``keep``)."""
     fn = _price_parallel if new.size >= PARALLEL_FROM_CALLS else _price_serial
+    keep = np.arange(N_ROWS) if keep is None else np.asarray(keep, np.int64)
     # numpy asks for huge pages; faulting in 1.8 GB (10 M calls) by 4 KB pages cost more than pricing
-    cols = np.empty((N_ROWS, new.size))
-    return cols, fn(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e, cols)
+    cols = np.empty((keep.size, new.size))
+    return cols, fn(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e, cols, keep)

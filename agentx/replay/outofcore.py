@@ -36,6 +36,7 @@ from agentx.replay.replay import (
     CHUNK_ROWS,
     TRACE_COLUMNS,
     Totals,
+    priced_columns,
     replay_partition,
     replay_result,
     write_calls,
@@ -120,6 +121,7 @@ def _price(path, cfg, kv, folder, bounds, calls_path, meta, columns, rows):
     lat = Spill(folder, "latency", 1, LAT)
     arrive, finish = Spill(folder, "arrive", nb, EVENT), Spill(folder, "finish", nb, EVENT)
     kv_sums = {}
+    priced = priced_columns(() if calls_path is None else columns)
 
     def parts():
         for i, (off, df) in enumerate(
@@ -129,7 +131,7 @@ def _price(path, cfg, kv, folder, bounds, calls_path, meta, columns, rows):
             if per_call is not None:
                 for c in per_call.columns:
                     kv_sums[c] = kv_sums.get(c, 0.0) + float(per_call[c].sum())
-            yield replay_partition(df, cfg, per_call)
+            yield replay_partition(df, cfg, per_call, priced)
 
     totals = Totals(0, np.zeros((len(STAGES), len(KEYS))), {c: 0 for c in TRACE_COLUMNS[4:]}, 0, 0)
     for p in write_calls(parts(), calls_path, meta, columns):

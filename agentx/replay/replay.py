@@ -79,8 +79,11 @@ CALL_COLUMNS = (
 )
 
 
-def price_calls(cfg: ServingConfig, calls, kv=None) -> tuple[np.ndarray, np.ndarray]:
-    """Per-call columns (rows in ``CALL_COLUMNS`` order) and stage totals (stage × ``KEYS``).
+def price_calls(
+    cfg: ServingConfig, calls, kv=None, columns=CALL_COLUMNS
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-call ``columns`` (rows, of ``CALL_COLUMNS``, in that order) and stage totals
+    (stage × ``KEYS``, of every column whichever are kept).
 
     Fills are packed into forward passes of ``prefill_chunk_tokens`` tokens with other fills,
     as a loaded fill pool runs them, so a call bears new/chunk of each pass's weight load;
@@ -103,7 +106,8 @@ def price_calls(cfg: ServingConfig, calls, kv=None) -> tuple[np.ndarray, np.ndar
         xt = np.broadcast_to(_col(kv, "kv_transfer_time_s", 0.0), n.shape).astype(np.float64)
         xe = np.broadcast_to(_col(kv, "kv_transfer_energy_j", 0.0), n.shape).astype(np.float64)
     q, dtab, exp_tok = params(cfg)
-    cols, sums = price(q, dtab, exp_tok, n, p, out, xt, xe)
+    keep = [CALL_COLUMNS.index(c) for c in columns]
+    cols, sums = price(q, dtab, exp_tok, n, p, out, xt, xe, keep)
     return cols, sums.sum(axis=0)
 
 
@@ -144,7 +148,19 @@ class Partial:
 SLIM_COLUMNS = ("t_start_s", "input_tokens", "output_tokens", "ttft_s", "decode_latency_s")
 
 
-def replay_partition(calls: pl.DataFrame, cfg: ServingConfig, kv_calls=None) -> Partial:
+def priced_columns(wanted=None) -> tuple[str, ...]:
+    """The ``CALL_COLUMNS`` among ``wanted`` (None: all), in their order, with the two
+    latencies the merge reads always kept: a replay writing ``--calls summary`` prices no
+    per-call FLOPs or bytes (12 of the 23 rows: 96 MB per million calls not made)."""
+    if wanted is None:
+        return CALL_COLUMNS
+    wanted = set(wanted) | set(LATENCY)
+    return tuple(c for c in CALL_COLUMNS if c in wanted)
+
+
+def replay_partition(
+    calls: pl.DataFrame, cfg: ServingConfig, kv_calls=None, columns=CALL_COLUMNS
+) -> Partial:
     """Price one partition of a trace: the seam every engine (local streaming, Ray) calls.
 
     Pure function of its arguments. ``calls``: canonical trace rows (at least
@@ -153,11 +169,13 @@ def replay_partition(calls: pl.DataFrame, cfg: ServingConfig, kv_calls=None) -> 
     order), e.g. ``replay_tiers(...).per_call`` or a slice of it. A partition must hold every
     call of its sessions (sessions are counted per partition), and partitions in trace order
     reproduce ``replay_trace`` of the whole trace: integers exactly, float sums to rounding
-    (docs/metrics.md). Combine partitions with ``merge_partials``.
+    (docs/metrics.md). Combine partitions with ``merge_partials``. ``columns``: the priced
+    columns the rows keep (``priced_columns``; the stage sums cover all of them anyway).
     """
     kv_calls = _kv_frame(kv_calls, calls.height)
-    cols, sums = price_calls(cfg, calls, kv_calls)
-    frame = pl.DataFrame(dict(zip(CALL_COLUMNS, cols, strict=True)))
+    columns = priced_columns(columns)
+    cols, sums = price_calls(cfg, calls, kv_calls, columns)
+    frame = pl.DataFrame(dict(zip(columns, cols, strict=True)))
     parts = [calls.select([c for c in TRACE_COLUMNS if c in calls.columns]), frame]
     if isinstance(kv_calls, pl.DataFrame):
         # the tier outcome of each call travels with its costs (docs/metrics.md, kv_* columns)
@@ -326,12 +344,16 @@ def session_cuts(calls: pl.DataFrame, rows: int = CHUNK_ROWS) -> list[tuple[int,
     return [(int(a), int(b - a)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
-def replay_chunks(calls: pl.DataFrame, cfg: ServingConfig, kv_calls=None, rows: int = CHUNK_ROWS):
-    """``replay_partition`` over the session-aligned partitions of ``calls``, in order."""
+def replay_chunks(
+    calls: pl.DataFrame, cfg: ServingConfig, kv_calls=None, rows: int = CHUNK_ROWS, columns=None
+):
+    """``replay_partition`` over the session-aligned partitions of ``calls``, in order;
+    ``columns``: the priced columns to keep (``priced_columns``; default all)."""
     kv_calls = _kv_frame(kv_calls, calls.height)
+    columns = priced_columns(columns)
     for off, length in session_cuts(calls, rows):
         kv_part = None if kv_calls is None else kv_calls.slice(off, length)
-        yield replay_partition(calls.slice(off, length), cfg, kv_part)
+        yield replay_partition(calls.slice(off, length), cfg, kv_part, columns)
 
 
 # the calls.parquet side of the streaming driver (kept importable from here)
