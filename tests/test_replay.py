@@ -17,6 +17,7 @@ from agentx.cli import cli
 from agentx.replay import make_config, replay_trace
 from agentx.replay.replay import TRACE_COLUMNS, resident_context
 from agentx.replay.stages import STAGES
+from agentx.replay.timeline import arrivals
 from agentx.traces.io import Trace, write_trace
 from agentx.traces.synth import synthesize
 
@@ -84,6 +85,25 @@ def test_footprint_peak_is_the_footprint_total(result):
     assert result.summary["hbm_peak_bytes_per_gpu"] == fp["total"]
     assert fp["kv_resident"] > 0 and fp["weights_shard"] > 0
     assert result.summary["kv_resident_sequences"] <= CFG.decode_batch
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 9), st.integers(0, 3)), max_size=40),
+       st.integers(1, 4))  # fmt: skip
+def test_arrivals_made_beforehand_give_the_same_peak(rows, batch):
+    # the streaming replay sorts the arrivals while the chain kernel runs (cmd_replay): the
+    # same events in the same order, ties included, as sorting them in the merge
+    calls = pl.DataFrame(
+        {
+            "t_start_s": [float(t) for t, _, _ in rows],
+            "input_tokens": [100 * c for _, c, _ in rows],
+            "output_tokens": [7 * c for _, c, _ in rows],
+        },
+        schema={"t_start_s": pl.Float64, "input_tokens": pl.Int64, "output_tokens": pl.Int64},
+    )
+    busy = np.array([float(b) for _, _, b in rows])
+    want = resident_context(calls, busy, batch)
+    assert resident_context(calls, busy, batch, arrivals(calls)) == want
 
 
 def test_resident_context_follows_the_timeline():

@@ -8,7 +8,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentx.replay.timeline import QUANTILES, _stable_order, quantiles
+from agentx.replay.timeline import QUANTILES, _sorted_with, quantiles
 
 finite = st.floats(-1e12, 1e12, allow_nan=False, allow_infinity=False)
 
@@ -23,9 +23,15 @@ def test_quantiles_equal_polars_linear(values, qs):
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(0, 12), max_size=400))
-def test_stable_order_equals_a_stable_argsort(times):
+def test_sorted_with_equals_a_stable_argsort(times):
     t = np.array(times, dtype=np.float64) / 4  # many ties
-    assert np.array_equal(_stable_order(t), np.argsort(t, kind="stable"))
+    ctx = np.arange(t.size, dtype=np.float64)  # distinct: any other order of a tie shows
+    order = np.argsort(t, kind="stable")
+    ts, cs = _sorted_with(t, (ctx,), step=7)
+    assert np.array_equal(ts, t[order]) and np.array_equal(cs, ctx[order])
+    ints = np.arange(t.size, dtype=np.int64)
+    _, twice = _sorted_with(t, (ints, ints), step=5)  # parts add up, as float64
+    assert np.array_equal(twice, 2.0 * ctx[order])
 
 
 def test_quantiles_of_a_big_array_with_ties_equal_polars():

@@ -224,9 +224,9 @@ def command(
         from agentx.traces.partitions import trace_rows
 
         streamed = (trace_rows(trace) or 0) > OUT_OF_CORE_ROWS
-    tr = kv = operating_point = None
+    tr = kv = operating_point = arrived = None
     if not streamed:
-        tr, kv, cfg, operating_point, context = _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases, max_block_refs)  # fmt: skip
+        tr, kv, cfg, operating_point, context, arrived = _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases, max_block_refs)  # fmt: skip
     phases.step("pricing the four stages")
     with contextlib.ExitStack() as stack:
         # calls.parquet streams into the run's temporary folder; the run appears whole or not at all
@@ -252,7 +252,7 @@ def command(
                 over = {"calls_over": result.summary["calls_over_max_context"], "compactions": 0}
                 say_over_context(over, cfg.model.max_context_tokens, "warn", quiet=quiet)
             except NotStreamable:  # read whole: its errors (or its layout) need the whole file
-                tr, kv, cfg, operating_point, context = _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases, max_block_refs)  # fmt: skip
+                tr, kv, cfg, operating_point, context, arrived = _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases, max_block_refs)  # fmt: skip
         if result is None:
             # Partitions are priced, written as row groups of calls.parquet and dropped as they come.
             per_call = kv.per_call if kv is not None else None
@@ -270,7 +270,7 @@ def command(
             tr = kv = per_call = None
             # the last row groups are written while the merge sorts (the run's stack closes it)
             written = write_calls(parts, calls_path, meta, cols, session_names, finish=stack)
-            result = merge_partials(written, cfg, kv_summary)
+            result = merge_partials(written, cfg, kv_summary, arrived)
         note = (result.summary.get("kv_tiers") or {}).get("block_size_note")
         if note and not quiet:
             click.echo(f"note: {note}", err=True)
@@ -343,16 +343,26 @@ def _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, 
         cfg, operating_point = with_interactivity(
             cfg, interactivity, decode_context_tokens(tr.calls)
         )
-    kv = None
+    kv = arrived = None
     if kv_tiers:
+        from concurrent.futures import ThreadPoolExecutor
+
         from agentx.kv import replay_tiers
         from agentx.kv.blocks import MAX_REFS
+        from agentx.replay.timeline import arrivals
 
         phases.step("placing KV blocks in HBM/DRAM/SSD")
-        kv = replay_tiers(tr, cfg, max_refs=MAX_REFS if max_refs is None else max_refs, lazy=True)
+        # the HBM peak's arrival order (a sort of 10 M start times) is made on the core the
+        # chain kernel leaves idle, instead of at the end beside the writer and the quantiles
+        pool, box = ThreadPoolExecutor(max_workers=1), []
+        beside = lambda calls=tr.calls: box.append(pool.submit(arrivals, calls))  # noqa: E731
+        refs = MAX_REFS if max_refs is None else max_refs
+        kv = replay_tiers(tr, cfg, max_refs=refs, lazy=True, beside=beside)
+        pool.shutdown(wait=False)
+        arrived = box[0].result if box else None
         # the columns only the KV model reads go before pricing (calls.parquet never has them)
         tr = dataclasses.replace(tr, calls=tr.calls.drop(KV_COLUMNS, strict=False))
-    return tr, kv, cfg, operating_point, context
+    return tr, kv, cfg, operating_point, context, arrived
 
 
 def _print(result) -> None:

@@ -59,6 +59,7 @@ def replay_tiers(
     share_prefix: bool = True,
     max_refs: int = MAX_REFS,
     lazy: bool = False,
+    beside=None,
 ) -> KvResult:
     """Where each call's reused prefix is found, and what moving it costs (docs/kv-tiers.md).
 
@@ -68,13 +69,17 @@ def replay_tiers(
     ``agentx.kv.rows.RowOutcome`` whose ``slice`` makes each partition's rows, and
     ``summary`` is complete once every row was sliced (agentx/kv/rows.py); the trace is
     handed over: ``KV_ONLY_COLUMNS`` are dropped from ``trace.calls`` (in place) once the
-    geometry is made, before the kernel runs."""
+    geometry is made, before the kernel runs. ``beside``: called once, when the chain
+    kernel is about to run on one core (or at once where there is none), for a caller that
+    starts work of its own on the other (the kernel lets go of the GIL)."""
     caps = capacities or capacities_for(cfg)
     bpt = cfg.kv_bytes_per_token
     if policy == "lru" and write_policy == "write-through" and not has_hashes(trace):
         # the common case needs no block stream: chain positions are the blocks (kv/chains.py)
         with memory_guard(max_refs):
-            return _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs, lazy)
+            return _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs, lazy, beside)  # fmt: skip
+    if beside is not None:
+        beside()
     with memory_guard(max_refs):
         stream = build_blocks(
             trace, block_size_tokens, share_prefix=share_prefix, max_refs=max_refs
@@ -101,7 +106,7 @@ def has_hashes(trace: Trace) -> bool:
     return df.height > 0 and bool(df["block_hashes"].is_not_null().all())
 
 
-def _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs, lazy=False):
+def _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs, lazy=False, beside=None):  # fmt: skip
     from agentx.kv.blocks import geometry
     from agentx.kv.chains import chain_outcomes
 
@@ -110,6 +115,8 @@ def _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs, 
         for c in KV_ONLY_COLUMNS:
             if c in trace.calls.columns:
                 trace.calls.drop_in_place(c)
+    if beside is not None:
+        beside()
     acc, glob = chain_outcomes(g, caps.tokens(cfg.kv_bytes_per_token))
     g = _ChainFacts.of(g)  # the per-call geometry goes before the frame comes (10 M-call peak)
     if lazy:

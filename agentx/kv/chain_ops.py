@@ -276,7 +276,7 @@ def _call(
     return s + 1
 
 
-@nb.njit(cache=True, _nrt=False)
+@nb.njit(cache=True, _nrt=False, nogil=True)  # a caller's thread may work beside it
 def _feed(
     base, n_blk, n_read, write_pos, n_in, reused, spt, sh_base, last, k0, acc,
     bs, caps, horizon, ptime, pw, phi, stime, sw, wt, bf, remap, sc, glob, rec,

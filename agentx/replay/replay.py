@@ -190,14 +190,15 @@ def replay_partition(
     )
 
 
-def merge_partials(parts, cfg: ServingConfig, kv_summary=None) -> ReplayResult:
+def merge_partials(parts, cfg: ServingConfig, kv_summary=None, arrivals=None) -> ReplayResult:
     """One ``ReplayResult`` from the partials of disjoint partitions, in the order given.
 
     Per-call rows are concatenated (slim partials give a calls table of ``SLIM_COLUMNS``
     only); stage sums, token counts and sessions add; latency quantiles and the HBM peak
     (``resident_context``) are computed over all calls together, so they are exact.
     ``kv_summary`` may be a function, called once every partial was taken (a summary whose
-    sums come with the partitions, agentx/kv/rows.py).
+    sums come with the partitions, agentx/kv/rows.py). ``arrivals``: a function giving
+    ``timeline.arrivals`` of the concatenated rows, made beforehand (or None).
     """
     check_fits(cfg)  # before a lazy ``parts`` starts pricing (or writing)
     parts = list(parts)
@@ -213,6 +214,8 @@ def merge_partials(parts, cfg: ServingConfig, kv_summary=None) -> ReplayResult:
     ttft, decode = (
         np.ascontiguousarray(calls.get_column(c).to_numpy(), np.float64) for c in LATENCY
     )
+    # ... which the calls table then shares (the partitions' pieces go: 16 B a call)
+    calls = calls.with_columns(pl.Series(c, a) for c, a in zip(LATENCY, (ttft, decode)))
     totals = Totals(
         calls=calls.height,
         sums=sums,
@@ -228,7 +231,8 @@ def merge_partials(parts, cfg: ServingConfig, kv_summary=None) -> ReplayResult:
                 for c, a in zip(LATENCY, (ttft, decode), strict=True)
             }
         )
-        resident = resident_context(calls, ttft + decode, cfg.decode_batch)
+        arrived = arrivals() if arrivals is not None else None
+        resident = resident_context(calls, ttft + decode, cfg.decode_batch, arrived, reuse=True)
     return replay_result(calls, cfg, totals, latency_f.result(), resident, kv_summary)
 
 

@@ -32,24 +32,34 @@ def quantiles(values: np.ndarray, qs=QUANTILES) -> list[float]:
     return out
 
 
-def resident_context(calls: pl.DataFrame, busy_s: np.ndarray, batch: int) -> tuple[float, float]:
+def arrivals(calls: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The arrival side of ``resident_context``, which needs no latency: start times and
+    contexts (input + output tokens) in stable time order. A streaming replay makes it while
+    the chain kernel holds the other core (agentx/cli/cmd_replay.py)."""
+    return _sorted_with(_starts(calls), _tokens(calls))
+
+
+def resident_context(
+    calls: pl.DataFrame, busy_s: np.ndarray, batch: int, arrived=None, reuse: bool = False
+) -> tuple[float, float]:
     """(tokens, sequences) of KV resident in HBM at the busiest moment of the trace's timeline.
 
     A call holds its context (input + output tokens) from its arrival for ``busy_s`` (its
     fill and decode latency). When c calls are active and c > ``batch``, the decode batch
     holds ``batch`` of them at the active mean context; the peak over all arrival/finish
     events is reported (at equal times finishes first, each set in trace order).
+    ``arrived``: ``arrivals(calls)``, when made already; ``reuse``: ``busy_s`` (float64) may
+    be overwritten (with the finish times: one 8 B-per-call array less at the merge's peak).
     """
-    # (a contiguous float column is used as it is: no second copy)
-    t0 = np.asarray(calls.get_column("t_start_s").to_numpy(), np.float64)
-    ctx = (calls.get_column("input_tokens") + calls.get_column("output_tokens")).to_numpy()
-    return peak_resident(t0, ctx.astype(np.float64), np.asarray(busy_s, np.float64), batch)
+    busy_s = np.asarray(busy_s, np.float64)
+    return peak_resident(_starts(calls), _tokens(calls), busy_s, batch, arrived, reuse)
 
 
 def peak_resident(
-    t0: np.ndarray, ctx: np.ndarray, busy_s: np.ndarray, batch: int
+    t0: np.ndarray, ctx, busy_s: np.ndarray, batch: int, arrived=None, reuse=False
 ) -> tuple[float, float]:
-    """(tokens, sequences) of KV resident at the busiest moment (see ``resident_context``).
+    """(tokens, sequences) of KV resident at the busiest moment (see ``resident_context``);
+    ``ctx``: each call's context, or a tuple of arrays that add up to it.
 
     Events in time order, finishes before arrivals at equal times and each set in trace
     order: a fast unstable argsort whose runs of equal times are put back in trace order
@@ -58,21 +68,34 @@ def peak_resident(
     """
     if t0.size == 0:
         return 0.0, 0.0
-    order = _stable_order(t0)
-    t0s, ctx0 = t0[order], ctx[order]
-    t1 = t0 + busy_s
-    order = _stable_order(t1)  # one permutation alive at a time (8 B per call each)
-    t1, ctx1 = t1[order], ctx[order]
-    del order
-    return _peak(t0s, ctx0, t1, ctx1, float(batch))
+    ctx = ctx if isinstance(ctx, tuple) else (ctx,)
+    t0s, ctx0 = _sorted_with(t0, ctx) if arrived is None else arrived
+    t1s, ctx1 = _sorted_with(np.add(t0, busy_s, out=busy_s if reuse else None), ctx)
+    return _peak(t0s, ctx0, t1s, ctx1, float(batch))
 
 
-def _stable_order(t: np.ndarray) -> np.ndarray:
-    """``np.argsort(t, kind="stable")``, from an unstable sort and its ties re-sorted (plain
-    numpy, so the first replay of a small trace compiles nothing for it)."""
-    order = np.argsort(t)
-    resort_ties(order, t[order])
-    return order
+def _starts(calls: pl.DataFrame) -> np.ndarray:
+    # (a contiguous float column is used as it is: no second copy)
+    return np.asarray(calls.get_column("t_start_s").to_numpy(), np.float64)
+
+
+def _tokens(calls: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    return tuple(calls.get_column(c).to_numpy() for c in ("input_tokens", "output_tokens"))
+
+
+def _sorted_with(t: np.ndarray, parts: tuple, step: int = 1 << 20):
+    """``t`` sorted stably and the sum of ``parts`` (float64; exact below 2^53) in the same
+    order, gathered a slice at a time: one permutation and no whole-length temporaries."""
+    order = np.argsort(t)  # not stable: the ties are put back in trace order below
+    ts = t[order]
+    resort_ties(order, ts)  # permutes equal values only, so ``ts`` stays right
+    out = np.empty(order.size)
+    for a in range(0, order.size, step):
+        o = order[a : a + step]
+        out[a : a + o.size] = parts[0][o]
+        for p in parts[1:]:
+            out[a : a + o.size] += p[o]
+    return ts, out
 
 
 @numba.njit(cache=True, error_model="numpy")
