@@ -215,7 +215,9 @@ def merge_partials(parts, cfg: ServingConfig, kv_summary=None, arrivals=None) ->
         np.ascontiguousarray(calls.get_column(c).to_numpy(), np.float64) for c in LATENCY
     )
     # ... which the calls table then shares (the partitions' pieces go: 16 B a call)
-    calls = calls.with_columns(pl.Series(c, a) for c, a in zip(LATENCY, (ttft, decode)))
+    calls = calls.with_columns(
+        pl.Series(c, a) for c, a in zip(LATENCY, (ttft, decode), strict=True)
+    )
     totals = Totals(
         calls=calls.height,
         sums=sums,
