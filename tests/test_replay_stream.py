@@ -262,3 +262,12 @@ def test_batched_read_reports_errors_as_read_trace(tmp_path, bad):
     with pytest.raises(InputError) as got:
         read_trace_columns(p, ["session_id"], batch_rows=50)
     assert str(got.value) == str(want.value)
+
+
+def test_the_chunk_rows_default_is_the_librarys():
+    # the option's default is a literal (the CLI does not import the replay for --help)
+    from agentx.cli.cmd_replay import command
+    from agentx.replay.replay import CHUNK_ROWS
+
+    option = next(p for p in command.params if p.name == "chunk_rows")
+    assert option.default == CHUNK_ROWS

@@ -107,7 +107,7 @@ from agentx.units import GB
 @click.option(
     "--chunk-rows",
     type=int,
-    default=1 << 20,
+    default=1 << 19,  # agentx.replay.replay.CHUNK_ROWS (not imported: --help stays fast)
     show_default=True,
     help="Calls priced and written per partition (cut between sessions); results do not depend on it.",
 )
