@@ -126,7 +126,14 @@ class TraceBatches:
             raise NotValid
         before = sum(n.len() for n in self._names)
         self._names.append(df.get_column("session_id").filter(first))
-        out = df.select(self.columns)
+        # a column with no value in the batch (a trace without block hashes: two 8 B-per-call
+        # columns) is kept as a null column, which touches no pages, not as decoded nulls
+        out = df.select(
+            pl.repeat(None, df.height, dtype=df.schema[c]).alias(c)
+            if df.get_column(c).null_count() == df.height and df.height
+            else pl.col(c)
+            for c in self.columns
+        )
         if self.run_codes and "session_id" in self.columns:
             code = (first.cast(pl.UInt32).cum_sum() - 1 + before).alias("session_id")
             out = out.with_columns(code)

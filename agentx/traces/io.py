@@ -140,12 +140,21 @@ def read_trace_columns(
     # each column made contiguous (its to_numpy() is then a view, not an 80 MB copy per 10 M
     # rows at every use), one column at a time, the batches' pieces of it let go at once:
     # never a second copy of the whole trace
-    df = pl.DataFrame([pl.concat([k.drop_in_place(c) for k in kept], rechunk=True) for c in kept[0].columns])  # fmt: skip
+    df = pl.DataFrame([_whole([k.drop_in_place(c) for k in kept]) for c in kept[0].columns])
     kept.clear()
     if not session_codes or "session_id" not in columns:
         return Trace(df, batches.meta)
     codes, names = lexical_codes(batches.run_names, df.get_column("session_id"))
     return Trace(df.with_columns(codes), batches.meta, session_names=names)
+
+
+def _whole(pieces: list[pl.Series]) -> pl.Series:
+    """One contiguous column of the batches' pieces; a column with no value anywhere is made
+    as a null column (a concatenation would write out every null)."""
+    n = sum(p.len() for p in pieces)
+    if all(p.null_count() == p.len() for p in pieces):
+        return pl.repeat(None, n, dtype=pieces[0].dtype, eager=True).alias(pieces[0].name)
+    return pl.concat(pieces, rechunk=True)
 
 
 def _projected(trace: Trace, columns: list[str], session_codes: bool = False) -> Trace:
