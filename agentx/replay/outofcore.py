@@ -45,8 +45,9 @@ from agentx.replay.stages import KEYS, STAGES
 from agentx.traces.partitions import NotStreamable, open_trace
 
 # Traces with more rows than this replay out of core. In memory a replay with KV tiers peaks
-# at ~200 B a call (10 M synth calls: 1.99 GB, --calls full too; --no-kv-tiers 1.65 GB), out of
-# core at ~1.85-1.95 GB whatever the length, and in memory is ~2x faster.
+# at ~190 B a call (10 M synth calls: 1.90 GB, --calls full 1.92; --no-kv-tiers 1.59 GB); out
+# of core the same 10 M calls peak at 1.17 GB (a peak that follows partitions and time ranges,
+# not length), and in memory is ~2x faster.
 OUT_OF_CORE_ROWS = int(os.environ.get("AGENTX_OUT_OF_CORE_ROWS", 10_000_000))
 BUCKET_ROWS = 1 << 20  # calls per time range: one range is sorted in memory at a time
 SAMPLE = 1 << 20  # t_start_s values sampled to place the time ranges
