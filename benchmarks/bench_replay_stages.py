@@ -50,11 +50,11 @@ def one_run(trace: str, calls_mode: str) -> dict:
     from agentx.catalog import load_catalog
     from agentx.cli.cmd_replay import _priced_columns
     from agentx.replay import make_config
+    from agentx.replay.chunks import replay_chunks
     from agentx.replay.replay import (
         TRACE_COLUMNS,
         calls_columns,
         merge_partials,
-        replay_chunks,
         write_calls,
     )
     from agentx.replay.timeline import peak_resident, quantiles
@@ -103,7 +103,7 @@ def _write_alone(tr, cfg, cols, path) -> float:
     import pyarrow.parquet as pq
 
     from agentx.replay.callsfile import parquet_options, sparse_floats
-    from agentx.replay.replay import replay_chunks
+    from agentx.replay.chunks import replay_chunks
 
     spent, writer = 0.0, None
     for p in replay_chunks(tr.calls, cfg):

@@ -23,13 +23,12 @@ from agentx.cli import cli
 from agentx.kv import TierCapacities, replay_tiers
 from agentx.replay import bounded as B
 from agentx.replay import make_config
+from agentx.replay.chunks import replay_chunks, session_cuts
 from agentx.replay.outofcore import replay_file
 from agentx.replay.replay import (
     TRACE_COLUMNS,
     merge_partials,
-    replay_chunks,
     resident_context,
-    session_cuts,
     write_calls,
 )
 from agentx.traces.io import read_trace, read_trace_columns, write_trace

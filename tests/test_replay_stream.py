@@ -21,14 +21,13 @@ from agentx.catalog import load_catalog
 from agentx.cli import cli
 from agentx.kv import replay_tiers
 from agentx.replay import make_config, replay_trace
+from agentx.replay.chunks import replay_chunks, session_cuts
 from agentx.replay.replay import (
     CALL_COLUMNS,
     SLIM_COLUMNS,
     merge_partials,
     priced_columns,
-    replay_chunks,
     replay_partition,
-    session_cuts,
 )
 from agentx.traces.io import read_trace, write_trace
 from agentx.traces.synth import synthesize
@@ -267,7 +266,7 @@ def test_batched_read_reports_errors_as_read_trace(tmp_path, bad):
 def test_the_chunk_rows_default_is_the_librarys():
     # the option's default is a literal (the CLI does not import the replay for --help)
     from agentx.cli.cmd_replay import command
-    from agentx.replay.replay import CHUNK_ROWS
+    from agentx.replay.chunks import CHUNK_ROWS
 
     option = next(p for p in command.params if p.name == "chunk_rows")
     assert option.default == CHUNK_ROWS

@@ -107,7 +107,7 @@ from agentx.units import GB
 @click.option(
     "--chunk-rows",
     type=int,
-    default=1 << 19,  # agentx.replay.replay.CHUNK_ROWS (not imported: --help stays fast)
+    default=1 << 19,  # agentx.replay.chunks.CHUNK_ROWS (not imported: --help stays fast)
     show_default=True,
     help="Calls priced and written per partition (cut between sessions); results do not depend on it.",
 )
@@ -160,13 +160,13 @@ def command(
     Column definitions: docs/metrics.md.
     """
     from agentx.catalog import load_catalog
+    from agentx.replay.chunks import replay_chunks
     from agentx.replay.config import engine_note, make_config
     from agentx.replay.replay import (
         KV_COLUMNS,
         TRACE_COLUMNS,
         calls_columns,
         merge_partials,
-        replay_chunks,
         write_calls,
     )
 

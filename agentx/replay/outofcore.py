@@ -32,8 +32,8 @@ from agentx.replay.bounded import (
     sweep_bucket,
     time_buckets,
 )
+from agentx.replay.chunks import CHUNK_ROWS
 from agentx.replay.replay import (
-    CHUNK_ROWS,
     TRACE_COLUMNS,
     Totals,
     priced_columns,

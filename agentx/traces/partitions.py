@@ -1,6 +1,6 @@
 """A trace file read as partitions of whole sessions, one at a time (bounded memory).
 
-The cut points are those of ``agentx.replay.replay.session_cuts`` on the whole file (the first
+The cut points are those of ``agentx.replay.chunks.session_cuts`` on the whole file (the first
 session start at or after each multiple of ``rows``; the last session start when no start
 follows a multiple), so a streamed replay writes the same row groups as the in-memory one.
 Each partition is validated as ``read_trace`` validates the whole file; a trace that cannot
