@@ -105,9 +105,10 @@ _MS: dict[tuple[str, tuple[int, int]], tuple] = {
     ("aic-fi-b200-kimi-int4-trtllm", (4, 1)): (1.3032, 1.3658, 1.5184, 2.357, 4.6683),
     ("aic-fi-b200-kimi-int4-trtllm", (1, 4)): (0.7184, 0.7229, 1.4146, 2.1761, 4.2778),
 }
-# W4A16 MoE kernels (INT4 weights dequantized to BF16 inside the kernel) at decode sizes, ms per
-# layer at DECODE_TOKENS (same collections): 1.7-2.9x their weight read at 4-256 tokens, where
-# the W8A8 / W4A4 kernels of these tables take 0.6-1.4x (decode_floor_kernel).
+# W4A16 MoE kernels (INT4 weights, BF16 activations: every weight is converted in the kernel)
+# at decode sizes, ms per layer at DECODE_TOKENS (same collections). Against the weight-read
+# roofline (70 % of HBM) at 16-256 tokens, tp8: FlashInfer MXINT4 1.7-2.3x, Marlin 1.4-1.8x;
+# the W8A8 / W4A4 kernels of these tables 0.7-1.2x (Hopper FP8 block-scale 1.2-1.8x).
 DECODE_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 _FI_INT4, _MARLIN = "aic-fi-b200-kimi-int4-trtllm", "aic-vllm-h200-kimi-int4-marlin"
 _DECODE = {
@@ -196,10 +197,9 @@ MEASURED_MOE_LAUNCHES = 2  # router top-k + fused MoE: of the per-layer floors (
 def decode_floor_kernel(kernel: tuple[str, tuple[int, int]] | None):
     """The kernel's own decode-size records where its table has them (``_DECODE_MS``), or None.
 
-    Only the W4A16 kernel carries them: at decode sizes it takes 2.5-3x its weight read on
-    B200 (Kimi K2 tp8 at 64 tokens: 0.355 ms per layer for ~0.88 GB of distinct experts per GPU,
-    2.5 TB/s), while the W4A4 / W8A8 grouped GEMMs of the other tables stay near the weight-read
-    roofline (docs/validation.md, round 7)."""
+    Only the W4A16 kernels carry them: Kimi K2 tp8 at 64 tokens FlashInfer's MXINT4 kernel
+    takes 0.355 ms per layer on B200 for ~0.88 GB of distinct experts per GPU (2.5 TB/s, 31 % of
+    HBM) and Marlin 0.467 ms on H200 (1.9 TB/s, 39 %); docs/validation.md, round 7."""
     return kernel if kernel in _DECODE_MS else None
 
 
