@@ -2,8 +2,10 @@
 
 1. Routed-MoE layers of a prefill-sized batch (``moe_kernel``, ``moe_layer_s``).
 2. MLA decode attention on AMD's aiter kernels (``mla_decode_latency``, ``mla_decode_s``).
+3. W4A16 MoE kernels at decode sizes, far slower than their weight read (``decode_floor_kernel``,
+   ``moe_decode_s``).
 
-Both are achieved times already, so ``agentx calibrate``'s fitted scales do not rescale them.
+All are achieved times already, so ``agentx calibrate``'s fitted scales do not rescale them.
 
 MoE layers.
 
@@ -25,7 +27,8 @@ Tables (milliseconds per MoE layer against the tokens entering the layer, balanc
   B200 ``deepgemm`` fp8_block, B200 ``moe_torch_flow_min_latency`` nvfp4 = the TRTLLM
   backend), SGLang 0.5.10 (H200 ``sglang_fused_moe_triton`` fp8_block) and vLLM 0.24.0's
   FlashInfer TRT-LLM-gen MoE on B200/B300 (fp8_block, nvfp4), the kernel SGLang's
-  ``flashinfer_trtllm`` MoE runner calls.
+  ``flashinfer_trtllm`` MoE runner calls; for Kimi K2's W4A16 experts vLLM 0.24.0's Marlin (H200)
+  and SGLang 0.5.14's FlashInfer TRT-LLM-gen MXINT4 MoE (B200), also at decode sizes.
 * AMD MI355X: aiter's own tuning records (Kimi K2: ``kimik2_fp4_tuned_fmoe.csv``, 384 experts) of its fused-MoE kernels for DeepSeek-V3 (ROCm/aiter
   ``aiter/configs/model_configs/dsv3_fp4_tuned_fmoe.csv`` MXFP4 and
   ``a8w8_blockscale_tuned_fmoe_ds_v3.csv`` FP8 block-scale, ``cu_num 256``, column ``us``; the
@@ -73,9 +76,9 @@ _MS: dict[tuple[str, tuple[int, int]], tuple] = {
     ("aiter-mi355x-fp8", (4, 1)): (0.67368, 0.87359, 1.29401, 2.30585, None),
     # Kimi K2 (384 experts, top-8), W4A16 Marlin MoE as AIConfigurator collected it through vLLM
     # 0.24.0 (h200_sxm/moe/vllm/0.24.0, vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts;
-    # the runs used v0.21.0). Its 0.18.0 / 0.19.0 collections are 2.6-3x slower at every size
-    # than this one, vLLM 0.14.0's and SGLang 0.5.10 / 0.5.14's (4.0-4.3 ms at 8,192 tokens) and,
-    # at decode sizes, alone exceed rows 68-70's measured TPOT: not used.
+    # the runs used v0.21.0). Its 0.18.0 / 0.19.0 collections are 1.5-4.8x slower than this one
+    # (1.8x at 8,192 tokens), vLLM 0.14.0's and SGLang 0.5.10 / 0.5.14's (4.0-4.3 ms at 8,192)
+    # and, at decode sizes, alone exceed rows 68-70's measured TPOT: not used.
     ("aic-vllm-h200-kimi-int4-marlin", (8, 1)): (0.8569, 1.1376, 2.7755, 4.3369, 8.5942),
     # Kimi K2 (384 experts, top-8; aiter kimik2_fp4_tuned_fmoe.csv, shared fused: 385 / top-9)
     ("aiter-mi355x-kimi-mxfp4", (8, 1)): (0.28984, 0.39535, 0.56203, 0.88684, 1.54195),
