@@ -27,6 +27,10 @@ Physics, per forward pass of the whole instance (COST-MODEL.md §3-4):
   ``pp × roofline(work of one micro-batch over all gpus)``. Weights are re-read by every
   micro-batch: adding stages never shortens an iteration at a fixed batch (the "bubble" cost
   is paid as repeated weight reads; tests/test_serving.py checks it).
+* Measured kernels (``agentx.serving.kernels``, where the engine's kernel was measured): the
+  routed experts of a prefill-sized pass take the measured MoE layer time, AMD's MLA decode
+  at least its measured latency, and a W4A16 MoE kernel at decode sizes at least its measured
+  layer time (it runs far below the weight-read roofline there).
 * Kernel launch/latency floors are paid once per pass (a token crosses each layer once), and
   so is the latency of each layer's collectives above that floor (NCCL's latency model,
   ``agentx.replay.collectives``).
