@@ -12,12 +12,17 @@ from agentx.catalog import load_catalog
 from agentx.replay.config import make_config
 from agentx.serving.iteration import iteration_cost, iteration_time_s
 from agentx.serving.kernels import (
+    _DECODE_MS,
     _ENGINE_TABLE,
+    _MARLIN,
     _MS,
+    DECODE_TOKENS,
     MLA_DECODE_LATENCY,
     TOKENS,
+    decode_floor_kernel,
     mla_decode_latency,
     mla_decode_s,
+    moe_decode_s,
     moe_kernel,
     moe_layer_s,
 )
@@ -41,6 +46,15 @@ def test_tables_are_the_published_measurements():
     assert moe_layer_s(("aiter-mi355x-mxfp4", (8, 1)), 8192) == pytest.approx(789.08e-6 * 8 / 9)
     # AIConfigurator vLLM 0.24.0, B300, FlashInfer TRT-LLM-gen NVFP4 MoE, tp1 ep4, 8,192 tokens
     assert moe_layer_s(("aic-fi-b300-nvfp4-trtllm", (1, 4)), 8192) == pytest.approx(1.2781e-3)
+    # AIConfigurator SGLang 0.5.14, B200, FlashInfer TRT-LLM-gen MXINT4 (W4A16), Kimi K2 tp8:
+    # 1.3288 ms at 8,192 tokens, 0.3552 ms at 64 (less the two launch floors charged apart).
+    w4a16 = ("aic-fi-b200-kimi-int4-trtllm", (8, 1))
+    assert moe_layer_s(w4a16, 8192) == pytest.approx(1.3288e-3)
+    assert moe_decode_s(w4a16, 64, 5e-6) == pytest.approx(0.3552e-3 - 2 * 5e-6)
+    # vLLM 0.24.0's Marlin (W4A16) on H200, Kimi K2 tp8: 4.3369 ms at 8,192, 0.4665 ms at 64.
+    marlin = (_MARLIN, (8, 1))
+    assert moe_layer_s(marlin, 8192) == pytest.approx(4.3369e-3)
+    assert moe_decode_s(marlin, 64, 0.0) == pytest.approx(0.4665e-3)
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -68,6 +82,8 @@ def test_layer_time_follows_the_table_and_keeps_the_edge_rate(kernel):
         (("atom", "mi355x", "deepseek-v3", "mxfp4", 4, 1), ("aiter-mi355x-mxfp4", (4, 1))),
         (("vllm", "h200", "kimi-k2", "int4", 8, 1), ("aic-vllm-h200-kimi-int4-marlin", (8, 1))),
         (("vllm", "mi355x", "kimi-k2", "mxfp4", 8, 1), ("aiter-mi355x-kimi-mxfp4", (8, 1))),
+        # VLLM_USE_FLASHINFER_MOE_INT4=1 (kimik2.5_int4_b200.sh): FlashInfer's MXINT4 MoE
+        (("vllm", "b200", "kimi-k2", "int4", 8, 1), ("aic-fi-b200-kimi-int4-trtllm", (8, 1))),
         # SGLang's flashinfer_trtllm MoE runner: FlashInfer's TRT-LLM-gen kernels (B200, B300)
         (("sglang", "b200", "deepseek-v3", "fp8", 4, 1), ("aic-fi-b200-fp8-trtllm", (4, 1))),
         (("sglang", "b300", "deepseek-v3", "fp8", 8, 1), ("aic-fi-b300-fp8-trtllm", (8, 1))),
@@ -90,15 +106,86 @@ def test_every_engine_table_has_a_measured_layout():
 
 
 @settings(max_examples=40, deadline=None)
-@given(kernel=st.sampled_from(KERNELS), batch=st.integers(1, 64), ctx=st.integers(1, 32768))
+@given(
+    kernel=st.sampled_from([k for k in KERNELS if k not in _DECODE_MS]),
+    batch=st.integers(1, 64),
+    ctx=st.integers(1, 32768),
+)
 def test_decode_steps_stay_weight_bound(kernel, batch, ctx):
     """At decode batch sizes the measured kernels' compute time is below the weight read, so
-    attaching a table leaves a decode step as the roofline prices it."""
+    attaching a table without decode records leaves a decode step as the roofline prices it."""
     cfg = _dsr1("b200" if "b200" in kernel[0] else "h200")
     with_table = replace(cfg, extra={"moe_kernel": kernel})
     assert iteration_time_s(with_table, batch, ctx) == pytest.approx(
         iteration_time_s(cfg, batch, ctx), rel=1e-12
     )
+
+
+def test_w4a16_decode_floor_only_where_the_engine_runs_a_w4a16_kernel():
+    """Only the INT4 weight-only (W4A16) recipes get the decode-size floor: vLLM's Kimi INT4 on
+    B200 (FlashInfer MXINT4) and H200 (Marlin); AMD's aiter, NVFP4 and FP8 kernels keep the
+    weight-read roofline at decode sizes."""
+    floored = {k for k, t in _ENGINE_TABLE.items() if t in {name for name, _ in _DECODE_MS}}
+    assert floored == {("vllm", "b200", "kimi-k2", "int4"), ("vllm", "h200", "kimi-k2", "int4")}
+    for args in [
+        ("vllm", "b200", "kimi-k2", "int4", 8, 1),
+        ("vllm", "b200", "kimi-k2", "int4", 4, 1),
+        ("vllm", "b200", "kimi-k2", "int4", 4, 4),
+        ("vllm", "h200", "kimi-k2", "int4", 8, 1),
+    ]:
+        assert decode_floor_kernel(moe_kernel(*args)) == moe_kernel(*args)
+    for args in [
+        ("vllm", "h200", "kimi-k2", "int4", 4, 1),  # Marlin tp4: no decode records
+        ("vllm", "mi355x", "kimi-k2", "mxfp4", 8, 1),  # aiter
+        ("vllm", "b200", "kimi-k2", "nvfp4", 4, 4),  # no table
+        ("sglang", "b200", "deepseek-v3", "nvfp4", 8, 1),
+        ("trt", "h200", "deepseek-v3", "fp8", 8, 1),
+        ("vllm", "b200", "kimi-k2", "int4", 1, 8),  # records fall with tokens: not used
+    ]:
+        assert decode_floor_kernel(moe_kernel(*args)) is None
+    assert decode_floor_kernel(None) is None
+    # The records are the measured points and rise with tokens.
+    for kernel, ms in _DECODE_MS.items():
+        assert list(ms) == sorted(ms)
+        got = moe_decode_s(kernel, DECODE_TOKENS, 0.0)
+        assert got == pytest.approx([1e-3 * t for t in ms])
+
+
+def _kimi_int4(hw="b200"):
+    return make_config(
+        CAT, hw, "kimi-k2", gpus=8, tp=8, ep=8, weight_precision="bf16", expert_precision="int4"
+    )
+
+
+W4A16 = {"b200": ("aic-fi-b200-kimi-int4-trtllm", (8, 1)), "h200": (_MARLIN, (8, 1))}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    hw=st.sampled_from(sorted(W4A16)),
+    batch=st.integers(1, 512),
+    ctx=st.integers(1, 32768),
+    chunk=st.sampled_from([0, 2048]),
+)
+def test_w4a16_decode_floor_only_ever_adds_time(hw, batch, ctx, chunk):
+    """With a W4A16 kernel a pass takes at least its routed layers' measured time on top of the
+    other weights' read, never less than the roofline."""
+    cfg = _kimi_int4(hw)
+    kernel = W4A16[hw]
+    w4a16 = replace(cfg, extra={"moe_kernel": kernel})
+    base = iteration_cost(cfg, batch, ctx, chunk)
+    got = iteration_cost(w4a16, batch, ctx, chunk)
+    assert got["time_s"] >= base["time_s"] * (1 - 1e-12)
+    moe = cfg.model.num_moe_layers * moe_decode_s(kernel, batch + chunk, 5e-6)
+    assert float(got["linear_s"]) >= float(moe)
+
+
+def test_w4a16_decode_floor_slows_a_decode_step():
+    """At 64 sequences the measured layer (0.355 ms) is ~2.3x its weight read: the step grows."""
+    cfg = _kimi_int4()
+    w4a16 = replace(cfg, extra={"moe_kernel": W4A16["b200"]})
+    t0, t1 = (float(iteration_time_s(c, 64, 8192)) for c in (cfg, w4a16))
+    assert t1 > t0 + cfg.model.num_moe_layers * 0.15e-3
 
 
 @pytest.mark.parametrize("hw", ["h200", "b200"])

@@ -27,6 +27,10 @@ Physics, per forward pass of the whole instance (COST-MODEL.md §3-4):
   ``pp × roofline(work of one micro-batch over all gpus)``. Weights are re-read by every
   micro-batch: adding stages never shortens an iteration at a fixed batch (the "bubble" cost
   is paid as repeated weight reads; tests/test_serving.py checks it).
+* Measured kernels (``agentx.serving.kernels``, where the engine's kernel was measured): the
+  routed experts of a prefill-sized pass take the measured MoE layer time, AMD's MLA decode
+  at least its measured latency, and a W4A16 MoE kernel at decode sizes at least its measured
+  layer time (it runs far below the weight-read roofline there).
 * Kernel launch/latency floors are paid once per pass (a token crosses each layer once), and
   so is the latency of each layer's collectives above that floor (NCCL's latency model,
   ``agentx.replay.collectives``).
@@ -49,7 +53,7 @@ from agentx.replay.stages import (
     mla_mha_forms,
     pair_layers,
 )
-from agentx.serving.kernels import mla_decode_s, moe_layer_s
+from agentx.serving.kernels import decode_floor_kernel, mla_decode_s, moe_decode_s, moe_layer_s
 
 MMA_M = 64.0  # rows per tensor-core MMA issue (wgmma m64 / tcgen05 M=64)
 
@@ -154,6 +158,19 @@ def iteration_cost(
     else:
         compute_s = attn_lin / f_attn + ffn_lin / f_ffn
     linear_s = np.maximum(compute_s, wbytes / hbm_w)
+    dec = decode_floor_kernel(kernel)
+    if dec is not None:
+        # This kernel was measured slower than its weight read at decode sizes (kernels.py):
+        # the routed experts take at least that, on top of the other weights' read.
+        routed_b = (
+            lay.exp_replicas
+            * m.num_moe_layers
+            * lay.expert_bytes
+            * (distinct_experts(cfg, tok / lay.exp_replicas))
+        )
+        per_group = tok / lay.exp_replicas
+        moe_s = m.num_moe_layers * moe_decode_s(dec, per_group, e.kernel_floor_s) * (tok > 0)
+        linear_s = np.maximum(linear_s, (wbytes - routed_b) / hbm_w + moe_s)
     attention_s = np.maximum(att / (g * lay.att_flops_per_s * e.prefill.compute), kv / hbm_kv)
     mla = cfg.extra.get("mla_decode_latency")
     if mla is not None:

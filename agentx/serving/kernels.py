@@ -2,8 +2,10 @@
 
 1. Routed-MoE layers of a prefill-sized batch (``moe_kernel``, ``moe_layer_s``).
 2. MLA decode attention on AMD's aiter kernels (``mla_decode_latency``, ``mla_decode_s``).
+3. W4A16 MoE kernels at decode sizes, far slower than their weight read (``decode_floor_kernel``,
+   ``moe_decode_s``).
 
-Both are achieved times already, so ``agentx calibrate``'s fitted scales do not rescale them.
+All are achieved times already, so ``agentx calibrate``'s fitted scales do not rescale them.
 
 MoE layers.
 
@@ -25,7 +27,8 @@ Tables (milliseconds per MoE layer against the tokens entering the layer, balanc
   B200 ``deepgemm`` fp8_block, B200 ``moe_torch_flow_min_latency`` nvfp4 = the TRTLLM
   backend), SGLang 0.5.10 (H200 ``sglang_fused_moe_triton`` fp8_block) and vLLM 0.24.0's
   FlashInfer TRT-LLM-gen MoE on B200/B300 (fp8_block, nvfp4), the kernel SGLang's
-  ``flashinfer_trtllm`` MoE runner calls.
+  ``flashinfer_trtllm`` MoE runner calls; for Kimi K2's W4A16 experts vLLM 0.24.0's Marlin (H200)
+  and SGLang 0.5.14's FlashInfer TRT-LLM-gen MXINT4 MoE (B200), also at decode sizes.
 * AMD MI355X: aiter's own tuning records (Kimi K2: ``kimik2_fp4_tuned_fmoe.csv``, 384 experts) of its fused-MoE kernels for DeepSeek-V3 (ROCm/aiter
   ``aiter/configs/model_configs/dsv3_fp4_tuned_fmoe.csv`` MXFP4 and
   ``a8w8_blockscale_tuned_fmoe_ds_v3.csv`` FP8 block-scale, ``cu_num 256``, column ``us``; the
@@ -71,9 +74,12 @@ _MS: dict[tuple[str, tuple[int, int]], tuple] = {
     ("aiter-mi355x-mxfp4", (4, 1)): (0.31786, 0.46302, 0.70886, 1.17029, 2.09195),
     ("aiter-mi355x-fp8", (8, 1)): (0.35948, None, None, None, None),
     ("aiter-mi355x-fp8", (4, 1)): (0.67368, 0.87359, 1.29401, 2.30585, None),
-    # Kimi K2 (384 experts, top-8), W4A16 Marlin MoE of vLLM 0.19.0 (AIConfigurator; the mean
-    # of its two records per point)
-    ("aic-vllm-h200-kimi-int4-marlin", (8, 1)): (2.6505, 2.7393, 5.2206, 7.8527, 15.43),
+    # Kimi K2 (384 experts, top-8), W4A16 Marlin MoE as AIConfigurator collected it through vLLM
+    # 0.24.0 (h200_sxm/moe/vllm/0.24.0, vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts;
+    # the runs used v0.21.0). Its 0.18.0 / 0.19.0 collections are 1.5-4.8x slower than this one
+    # (1.8x at 8,192 tokens), vLLM 0.14.0's and SGLang 0.5.10 / 0.5.14's (4.0-4.3 ms at 8,192)
+    # and, at decode sizes, alone exceed rows 68-70's measured TPOT: not used.
+    ("aic-vllm-h200-kimi-int4-marlin", (8, 1)): (0.8569, 1.1376, 2.7755, 4.3369, 8.5942),
     # Kimi K2 (384 experts, top-8; aiter kimik2_fp4_tuned_fmoe.csv, shared fused: 385 / top-9)
     ("aiter-mi355x-kimi-mxfp4", (8, 1)): (0.28984, 0.39535, 0.56203, 0.88684, 1.54195),
     ("aiter-mi355x-kimi-mxfp4", (4, 1)): (0.48101, 0.62734, 0.83518, 1.22081, 2.04467),
@@ -94,7 +100,31 @@ _MS: dict[tuple[str, tuple[int, int]], tuple] = {
     ("aic-fi-b300-nvfp4-trtllm", (4, 1)): (0.3153, 0.3677, 0.4695, 0.7394, 1.4142),
     ("aic-fi-b300-nvfp4-trtllm", (1, 8)): (0.2534, 0.3644, 0.5889, 1.0717, 2.0779),
     ("aic-fi-b300-nvfp4-trtllm", (1, 4)): (0.4373, 0.4958, 0.7328, 1.2781, 2.5478),
+    # Kimi K2 (384 experts, top-8), FlashInfer's TRT-LLM-gen MXINT4 W4A16 MoE
+    # (trtllm_mxint4_block_scale_moe, BF16 activations) as AIConfigurator collected it through
+    # SGLang 0.5.14 (b200_sxm/moe/sglang/0.5.14, kernel_source sglang_flashinfer_trtllm_moe,
+    # int4_wo; one record per point; its tp1 ep8 records fall at 2,048 tokens, not used)
+    ("aic-fi-b200-kimi-int4-trtllm", (8, 1)): (0.6967, 0.7445, 0.8588, 1.3288, 2.6063),
+    ("aic-fi-b200-kimi-int4-trtllm", (4, 1)): (1.3032, 1.3658, 1.5184, 2.357, 4.6683),
+    ("aic-fi-b200-kimi-int4-trtllm", (1, 4)): (0.7184, 0.7229, 1.4146, 2.1761, 4.2778),
 }
+# W4A16 MoE kernels (INT4 weights, BF16 activations: every weight is converted in the kernel)
+# at decode sizes, ms per layer at DECODE_TOKENS (same collections). Against the weight-read
+# roofline (70 % of HBM) at 16-256 tokens, tp8: FlashInfer MXINT4 1.7-2.3x, Marlin 1.4-1.8x;
+# the W8A8 / W4A4 kernels of these tables 0.7-1.2x (Hopper FP8 block-scale 1.2-1.8x).
+DECODE_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+_FI_INT4, _MARLIN = "aic-fi-b200-kimi-int4-trtllm", "aic-vllm-h200-kimi-int4-marlin"
+_DECODE = {
+    _FI_INT4: {
+        (8, 1): (0.0391, 0.0411, 0.049, 0.0802, 0.1409, 0.2409, 0.3552, 0.3577, 0.363, 0.6741),
+        (4, 1): (0.041, 0.0488, 0.0777, 0.1329, 0.2349, 0.4349, 0.6431, 0.644, 0.6497, 1.2672),
+        (1, 4): (0.0403, 0.0488, 0.0787, 0.1317, 0.2293, 0.4229, 0.6218, 0.6233, 0.6349, 0.6635),
+    },
+    _MARLIN: {
+        (8, 1): (0.0407, 0.0537, 0.0757, 0.1105, 0.1819, 0.3021, 0.4665, 0.4772, 0.4901, 0.5472),
+    },
+}
+_DECODE_MS = {(t, split): ms for t, d in _DECODE.items() for split, ms in d.items()}
 SOURCES = {
     "aic": _AIC,
     "aiter-mi355x-mxfp4": _AITER_FP4,
@@ -113,7 +143,9 @@ SHARED_IN_KERNEL = 8.0 / 9.0  # aiter fuses the shared expert: routed share of i
 # vLLM on MI355X (Kimi K2.5 MXFP4) runs aiter's fused MoE too (VLLM_ROCM_USE_AITER=1 with
 # the shared expert fused, kimik2.5_fp4_mi355x.sh); vLLM on H200 runs Kimi's W4A16 experts on
 # Marlin (kimik2.5_int4_h200.sh sets no MoE backend). On B200 the INT4 recipe selects FlashInfer's
-# INT4 MoE (VLLM_USE_FLASHINFER_MOE_INT4=1, in force since 2026-03-27), which has no table.
+# INT4 MoE (VLLM_USE_FLASHINFER_MOE_INT4=1, in force since 2026-03-27; vLLM's
+# flashinfer_trtllm_mxint4_moe, vllm-project/vllm#32437), the trtllm_mxint4_block_scale_moe that
+# SGLang's flashinfer_trtllm runner calls for the same checkpoint (sgl-project/sglang#16892).
 _DSV3 = "deepseek-v3"
 _ENGINE_TABLE = {
     ("trt", "h200", _DSV3, "fp8"): "aic-trt-h200-fp8-cutlass",
@@ -130,6 +162,7 @@ _ENGINE_TABLE = {
     ("atom", "mi355x", _DSV3, "fp8"): "aiter-mi355x-fp8",
     ("vllm", "mi355x", "kimi-k2", "mxfp4"): "aiter-mi355x-kimi-mxfp4",
     ("vllm", "h200", "kimi-k2", "int4"): "aic-vllm-h200-kimi-int4-marlin",
+    ("vllm", "b200", "kimi-k2", "int4"): "aic-fi-b200-kimi-int4-trtllm",
 }
 
 
@@ -159,6 +192,27 @@ def moe_layer_s(kernel: tuple[str, tuple[int, int]], tokens) -> np.ndarray:
     t = np.where(n < n_k[0], below, np.where(n > n_k[-1], above, inside))
     share = SHARED_IN_KERNEL if kernel[0].startswith("aiter") else 1.0
     return 1e-3 * share * t
+
+
+MEASURED_MOE_LAUNCHES = 2  # router top-k + fused MoE: of the per-layer floors (stages.KERNELS_MOE)
+
+
+def decode_floor_kernel(kernel: tuple[str, tuple[int, int]] | None):
+    """The kernel's own decode-size records where its table has them (``_DECODE_MS``), or None.
+
+    Only the W4A16 kernels carry them: Kimi K2 tp8 at 64 tokens FlashInfer's MXINT4 kernel
+    takes 0.355 ms per layer on B200 for ~0.88 GB of distinct experts per GPU (2.5 TB/s, 31 % of
+    HBM) and Marlin 0.467 ms on H200 (1.9 TB/s, 39 %); docs/validation.md, round 7."""
+    return kernel if kernel in _DECODE_MS else None
+
+
+def moe_decode_s(kernel: tuple[str, tuple[int, int]], tokens, floor_s: float) -> np.ndarray:
+    """Seconds one MoE layer's routed experts take at least at decode sizes (measured, linear
+    between DECODE_TOKENS, flat beyond them), less the launch floors ``iteration_cost`` already
+    charges for the kernels the measurement holds (router top-k and the fused MoE call)."""
+    t = np.interp(np.asarray(tokens, dtype=np.float64), DECODE_TOKENS, _DECODE_MS[kernel])
+    share = SHARED_IN_KERNEL if kernel[0].startswith("aiter") else 1.0
+    return np.maximum(1e-3 * share * t - MEASURED_MOE_LAUNCHES * floor_s, 0.0)
 
 
 # aiter's MLA decode kernel (every AMD recipe runs it: SGLang --attention-backend aiter, ATOM,
