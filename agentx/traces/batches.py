@@ -96,23 +96,35 @@ class TraceBatches:
         return pl.concat(self._names) if self._names else pl.Series("session_id", [], pl.String)
 
     def __iter__(self):
+        from concurrent.futures import ThreadPoolExecutor
+
         scan = pl.scan_parquet(self.path, glob=False).select(self.decode)
         carry = None
-        for off, length in self.ranges:
-            df = scan.slice(off, length).collect()
-            df = df if carry is None else pl.concat([carry, df])
-            sid = df.get_column("session_id")
-            if sid.null_count():
-                raise NotValid  # no session to cut at
-            differs = (sid != sid[-1]).to_numpy() if df.height else None
-            cut = int(differs.nonzero()[0][-1]) + 1 if differs is not None and differs.any() else 0
-            if cut:
-                yield self._checked(df.slice(0, cut))
-            carry = df.slice(cut)
+        # the next range decodes while this one is checked, cut and taken by the caller
+        # (polars lets go of the GIL in both)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            ahead = pool.submit(scan.slice(*self.ranges[0]).collect) if self.ranges else None
+            for i in range(len(self.ranges)):
+                df = ahead.result()
+                if i + 1 < len(self.ranges):
+                    ahead = pool.submit(scan.slice(*self.ranges[i + 1]).collect)
+                whole, carry = self._cut(df if carry is None else pl.concat([carry, df]))
+                del df
+                if whole is not None:
+                    yield whole
         if carry is not None and carry.height:
             yield self._checked(carry)
         if self._names and self.run_names.len() != self.run_names.n_unique():
             raise NotValid  # a session's rows are not contiguous
+
+    def _cut(self, df: pl.DataFrame) -> tuple[pl.DataFrame | None, pl.DataFrame]:
+        """(the checked whole sessions of ``df`` or None, the rows of its last session)."""
+        sid = df.get_column("session_id")
+        if sid.null_count():
+            raise NotValid  # no session to cut at
+        differs = (sid != sid[-1]).to_numpy() if df.height else None
+        cut = int(differs.nonzero()[0][-1]) + 1 if differs is not None and differs.any() else 0
+        return (self._checked(df.slice(0, cut)) if cut else None), df.slice(cut)
 
     def _checked(self, df: pl.DataFrame) -> pl.DataFrame:
         from agentx.limits import check
