@@ -207,3 +207,23 @@ def test_chain_outcomes_do_not_depend_on_how_chains_are_numbered(seed, bs):
     acc, glob = chain_outcomes(g, caps)
     acc2, glob2 = chain_outcomes(replace(g, chain=perm[g.chain]), caps)
     assert np.array_equal(acc, acc2) and np.array_equal(glob, glob2)
+
+
+@pytest.mark.parametrize("like", [np.int32, np.int64])
+def test_assemble_on_both_cores_equals_one(like):
+    # traces from PARALLEL_FROM_CALLS calls up assemble their geometry with a parallel loop
+    from agentx.kv.geometry_ops import _assemble_parallel, _assemble_serial
+
+    rng = np.random.default_rng(5)
+    n, chains = 50_000, 700
+    row = rng.permutation(n).astype(np.int32)
+    n_in = rng.integers(0, 200_000, n)
+    reused = (n_in * rng.random(n)).astype(np.int64)
+    chain = rng.integers(0, chains, n).astype(np.int32)
+    spt_c, shb_c = rng.integers(0, 9, chains), rng.integers(0, 99, chains)
+    for bs, hashes in ((64, False), (100, True)):
+        args = (row, n_in, reused, chain, spt_c, shb_c, bs, hashes, np.empty(0, like))
+        one, both = _assemble_serial(*args), _assemble_parallel(*args)
+        assert one[8] == both[8]
+        for a, b in zip(one[:8], both[:8], strict=True):
+            assert a.dtype == b.dtype and np.array_equal(a, b)

@@ -56,8 +56,7 @@ def ref_counts(n_in, reused, bs, k, use_hashes):  # pragma: no cover (compiled)
     return out
 
 
-@nb.njit(cache=True)
-def assemble(row, n_in, reused, chain, spt_c, shb_c, bs, use_hashes, like):  # pragma: no cover
+def _assemble(row, n_in, reused, chain, spt_c, shb_c, bs, use_hashes, like):  # pragma: no cover
     """Per call in time order: tokens, blocks, read/write positions, chain, shared prefix;
     the token and block columns of ``like``'s dtype (int32 where every value fits)."""
     n = row.size
@@ -71,7 +70,7 @@ def assemble(row, n_in, reused, chain, spt_c, shb_c, bs, use_hashes, like):  # p
     o_shb = np.empty(n, like.dtype)
     refs = 0
     sh = _log2(bs)
-    for k in range(n):
+    for k in nb.prange(n):
         r = row[k]
         x = n_in[r]
         y = reused[r]
@@ -89,6 +88,17 @@ def assemble(row, n_in, reused, chain, spt_c, shb_c, bs, use_hashes, like):  # p
         o_shb[k] = shb_c[c]
         refs += nr + nb_ - wp
     return o_in, o_re, o_blk, o_rd, o_wp, o_ch, o_spt, o_shb, refs
+
+
+_assemble_serial = nb.njit(cache=True)(_assemble)
+_assemble_parallel = nb.njit(cache=True, parallel=True)(_assemble)
+PARALLEL_FROM_CALLS = 200_000  # a gather by row on both cores; a small trace compiles no threads
+
+
+def assemble(row, n_in, reused, chain, spt_c, shb_c, bs, use_hashes, like):
+    """``_assemble`` (the same columns either way)."""
+    fn = _assemble_parallel if row.size >= PARALLEL_FROM_CALLS else _assemble_serial
+    return fn(row, n_in, reused, chain, spt_c, shb_c, bs, use_hashes, like)
 
 
 @nb.njit(cache=True, inline="always")
