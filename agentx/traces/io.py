@@ -163,14 +163,15 @@ def _gathered(batches, rows: int) -> pl.DataFrame | None:
             s = k.drop_in_place(c)
             if c not in arrays and c not in pieces:
                 fixed = s.dtype.is_numeric() or s.dtype == pl.Boolean
-                if fixed and c in _NEVER_NULL:
-                    arrays[c] = np.empty(rows, s.to_numpy().dtype)
-                else:
+                if not (fixed and c in _NEVER_NULL):
                     pieces[c] = []
-            if c in arrays:
-                arrays[c][off : off + height] = s.to_numpy()
-            else:
+            if c in pieces:
                 pieces[c].append(s)
+                continue
+            values = s.to_numpy()  # a view, but for booleans (unpacked from bits): once
+            if c not in arrays:
+                arrays[c] = np.empty(rows, values.dtype)
+            arrays[c][off : off + height] = values
         off += height
     if off == 0:
         return None
