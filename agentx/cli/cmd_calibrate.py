@@ -21,12 +21,21 @@ from agentx.cli._common import catalog_option, emit_json, json_option, output_fi
     multiple=True,
     help="Fit only these systems (repeatable; default: every system in POINTS).",
 )
+@click.option(
+    "--fit",
+    default="hbm_scale,request_overhead_s",
+    show_default=True,
+    help="Parameters to fit, comma-separated, among compute_scale, hbm_scale, comm_scale, "
+    "floor_scale, request_overhead_s; the others keep their catalog values (docs/validation.md "
+    "'After agentx calibrate' says why two by default).",
+)
 @click.option("--no-cv", is_flag=True, help="Skip the leave-one-group-out cross-validation (slow).")
 @output_file_option("Catalog overlay TOML to write (use it with --catalog).")
 @catalog_option
 @json_option
-def command(points, systems, no_cv, output, catalog_files, as_json) -> None:
-    """Fit compute, HBM, communication, kernel-floor and request-overhead terms per system.
+def command(points, systems, fit, no_cv, output, catalog_files, as_json) -> None:
+    """Fit achieved HBM bandwidth and request overhead per system (--fit: also compute,
+    communication and kernel-floor terms).
 
     Robust least squares (Huber IRLS) on log(modelled/measured) of TPOT, TTFT and output
     tok/s per GPU over the non-speculative, non-saturated rows of POINTS. Prints the error
@@ -39,6 +48,7 @@ def command(points, systems, no_cv, output, catalog_files, as_json) -> None:
     from agentx.serving.calibrate import (
         FITTED,
         calibrate,
+        check_fit,
         fit_points,
         leave_one_group_out,
         overlay_toml,
@@ -46,6 +56,7 @@ def command(points, systems, no_cv, output, catalog_files, as_json) -> None:
     from agentx.serving.points import read_points
     from agentx.serving.validate import check_points, model_point
 
+    fit = check_fit(n.strip() for n in fit.split(",") if n.strip())
     ensure_distinct(output, [points, *catalog_files])
     cat = load_catalog(catalog_files)
     pts, _ = read_points(points, cat)
@@ -57,9 +68,9 @@ def command(points, systems, no_cv, output, catalog_files, as_json) -> None:
         missing = [hw for hw in hws if not any(p.hardware == hw for p in fit_points(pts))]
         if missing:
             raise UsageError(f"no usable measured point for --hw {missing[0]} in {points}")
-    params, fitted = calibrate(cat, pts, hws)
+    params, fitted = calibrate(cat, pts, hws, fit)
     usable = [p for p in fit_points(pts) if hws is None or p.hardware in hws]
-    cv = {} if no_cv else leave_one_group_out(cat, pts, hws)
+    cv = {} if no_cv else leave_one_group_out(cat, pts, hws, fit)
     rows = []
     for p in usable:
         before, after = model_point(cat, p), model_point(fitted, p)
@@ -75,9 +86,9 @@ def command(points, systems, no_cv, output, catalog_files, as_json) -> None:
                         "cross_validated": cv[p.row][k] / p.measured[k] if p.row in cv else None,
                     }
                 )
-    write_text_atomic(output, overlay_toml(params, str(points)))
+    write_text_atomic(output, overlay_toml(params, str(points), fit))
     if as_json:
-        emit_json({"params": params, "points": rows, "output": str(output)})
+        emit_json({"params": params, "fitted": list(fit), "points": rows, "output": str(output)})
         return
     from agentx.fmt import num, table
 
