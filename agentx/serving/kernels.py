@@ -40,8 +40,9 @@ Tables (milliseconds per MoE layer against the tokens entering the layer, balanc
   the same FP8 block-scale 1-stage fused MoE on the same per-GPU slice, ``inter_dim`` 256, 257
   experts, top-9, hidden 6144 instead of 7168; tuned on MI325X, the same 304-CU gfx942 die with
   more bandwidth and power, so a lower bound for MI300X). Every expert GEMM's FLOPs and weight
-  bytes scale with the hidden size, so prefill sizes take its time × 7168 / 6144 (the same FLOP
-  rate); at decode sizes its unscaled time is a floor (``_DECODE``).
+  bytes scale with the hidden size, so its time × 7168 / 6144 (the same FLOP rate) is used. At
+  16-256 tokens that time is 0.85-0.93 of the routed weight read the roofline charges on
+  MI300X, so like the other W8A8 tables it sets no decode floor (docs/validation.md, round 8).
 
 Between table points the time is interpolated linearly in tokens; outside them it scales with
 tokens from the nearest point (same FLOP rate), and at decode sizes the weight-read roofline
@@ -136,11 +137,6 @@ _DECODE = {
     _MARLIN: {
         (8, 1): (0.0407, 0.0537, 0.0757, 0.1105, 0.1819, 0.3021, 0.4665, 0.4772, 0.4901, 0.5472),
     },
-    # gfx942 fused MoE, unscaled (a lower bound for DeepSeek's wider slice). Its 4- and 8-token
-    # tunings failed (us 0.0): they take the 2-token time, since more tokens read no fewer experts.
-    _MI300X: {
-        (8, 1): (0.0674, 0.0711, 0.0711, 0.0711, 0.1236, 0.2155, 0.2884, 0.3279, 0.3406, 0.3109),
-    },
 }
 _DECODE_MS = {(t, split): ms for t, d in _DECODE.items() for split, ms in d.items()}
 SOURCES = {
@@ -220,10 +216,9 @@ MEASURED_MOE_LAUNCHES = 2  # router top-k + fused MoE: of the per-layer floors (
 def decode_floor_kernel(kernel: tuple[str, tuple[int, int]] | None):
     """The kernel's own decode-size records where its table has them (``_DECODE_MS``), or None.
 
-    The W4A16 kernels carry them: Kimi K2 tp8 at 64 tokens FlashInfer's MXINT4 kernel takes
-    0.355 ms per layer on B200 for ~0.88 GB of distinct experts per GPU (2.5 TB/s, 31 % of HBM)
-    and Marlin 0.467 ms on H200 (1.9 TB/s, 39 %); docs/validation.md, round 7. So does aiter's
-    gfx942 fused MoE (MI300X): 67-71 µs at 1-2 tokens, 1.2 TB/s of weights (round 8)."""
+    Only the W4A16 kernels carry them: Kimi K2 tp8 at 64 tokens FlashInfer's MXINT4 kernel
+    takes 0.355 ms per layer on B200 for ~0.88 GB of distinct experts per GPU (2.5 TB/s, 31 % of
+    HBM) and Marlin 0.467 ms on H200 (1.9 TB/s, 39 %); docs/validation.md, round 7."""
     return kernel if kernel in _DECODE_MS else None
 
 
