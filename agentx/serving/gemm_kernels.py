@@ -11,7 +11,10 @@ Source: ROCm/aiter @ e4048607, ``aiter/configs/model_configs/a8w8_blockscale_tun
 rows ``gfx942``, ``cu_num 304``, the DeepSeek-V3.2 TP8 shapes (ROCm/aiter#3951; same MLA
 projections as V3). It was tuned on MI325X, the same 304-CU gfx942 die with more bandwidth and
 power than MI300X, so these times are a lower bound for MI300X (ROCm/aiter#3852 reports these
-shapes falling back to aiter's untuned default on MI300X). Per GPU and layer, ``N×K``:
+shapes falling back to aiter's untuned default on MI300X). SGLang's ROCm path calls aiter's
+``gemm_a8w8_blockscale`` (CK, the kernel of these records) or, in some versions, its Triton
+twin, which sgl-project/sglang#14043 measured slower on MI300X: a lower bound either way.
+Per GPU and layer, ``N×K``:
 
 * ``2112×7168``: SGLang's fused q_a + kv_a projection (1,536 + 576 outputs), replicated on
   every GPU (the layout counts it once per GPU too);

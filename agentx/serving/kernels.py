@@ -35,8 +35,10 @@ Tables (milliseconds per MoE layer against the tokens entering the layer, balanc
   per-GPU expert slice ``inter_dim`` 256 is tp8, 512 tp4). aiter fuses the shared expert into
   the kernel (257 experts, top-9), so 8/9 of its time is the routed experts'. Its FP8 tp8
   records above 1,024 tokens repeat the 1,024-token entry and are not used.
-* AMD MI300X (gfx942, ``cu_num 304``): aiter has no record of DeepSeek-V3's tp8 expert slice
-  there; its nearest is GLM-5.1's (ROCm/aiter#3422, ``a8w8_blockscale_tuned_fmoe_glm5_1.csv``:
+* AMD MI300X (gfx942, ``cu_num 304``; SGLang with ``SGLANG_USE_AITER=1`` calls aiter's
+  ``fused_moe`` with ``QuantType.per_128x128`` for block-scale FP8 experts, sgl-project/sglang
+  ``python/sglang/srt/layers/quantization/fp8.py``): aiter has no record of DeepSeek-V3's tp8
+  expert slice there; its nearest is GLM-5.1's (ROCm/aiter#3422, ``a8w8_blockscale_tuned_fmoe_glm5_1.csv``:
   the same FP8 block-scale 1-stage fused MoE on the same per-GPU slice, ``inter_dim`` 256, 257
   experts, top-9, hidden 6144 instead of 7168; tuned on MI325X, the same 304-CU gfx942 die with
   more bandwidth and power, so a lower bound for MI300X). Every expert GEMM's FLOPs and weight
