@@ -4,7 +4,7 @@ The roofline prices a layer's linear layers at the default compute efficiency (0
 chip's best-shape matmul rate; 1,143 TFLOP/s in FP8 on MI300X, whose catalog entry has no FP8
 MAMF figure and takes the BF16 fraction). On MI300X every DeepSeek-V3 projection runs aiter's
 FP8 block-scale (1×128 activations, 128×128 weights) GEMM, and its tuning records for the
-projections of one tensor-parallel (tp8) layer reach 819 TFLOP/s at 8,192 rows and 532 at
+projections of one tensor-parallel (tp8) layer reach 818 TFLOP/s at 8,192 rows and 532 at
 1,024 (aiter's own measurement, column ``us``).
 
 Source: ROCm/aiter @ e4048607, ``aiter/configs/model_configs/a8w8_blockscale_tuned_gemm_ds_v3.csv``,
