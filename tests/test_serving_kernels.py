@@ -19,6 +19,7 @@ from agentx.serving.kernels import (
     DECODE_TOKENS,
     MLA_DECODE_LATENCY,
     TOKENS,
+    WIDTH_SCALE,
     decode_floor_kernel,
     mla_decode_latency,
     mla_decode_s,
@@ -55,12 +56,18 @@ def test_tables_are_the_published_measurements():
     marlin = (_MARLIN, (8, 1))
     assert moe_layer_s(marlin, 8192) == pytest.approx(4.3369e-3)
     assert moe_decode_s(marlin, 64, 0.0) == pytest.approx(0.4665e-3)
+    # aiter a8w8_blockscale_tuned_fmoe_glm5_1.csv, gfx942 cu_num 304, inter_dim 256, 257 experts,
+    # top-9 (hidden 6144): 1,313.97 µs at 8,192 tokens, priced for DeepSeek's 7168-wide slice
+    # (× 7168 / 6144), 8/9 routed.
+    mi300x = ("aiter-mi300x-fp8", (8, 1))
+    assert moe_layer_s(mi300x, 8192) == pytest.approx(1313.9702e-6 * 7168 / 6144 * 8 / 9)
+    assert WIDTH_SCALE == {"aiter-mi300x-fp8": 7168 / 6144}
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_layer_time_follows_the_table_and_keeps_the_edge_rate(kernel):
     pts = [(n, t) for n, t in zip(TOKENS, _MS[kernel], strict=True) if t is not None]
-    share = 8 / 9 if kernel[0].startswith("aiter") else 1.0
+    share = (8 / 9 if kernel[0].startswith("aiter") else 1.0) * WIDTH_SCALE.get(kernel[0], 1.0)
     for n, t in pts:
         assert moe_layer_s(kernel, n) == pytest.approx(share * t * 1e-3)
     # Between two measured points the time lies between them.
@@ -88,11 +95,14 @@ def test_layer_time_follows_the_table_and_keeps_the_edge_rate(kernel):
         (("sglang", "b200", "deepseek-v3", "fp8", 4, 1), ("aic-fi-b200-fp8-trtllm", (4, 1))),
         (("sglang", "b300", "deepseek-v3", "fp8", 8, 1), ("aic-fi-b300-fp8-trtllm", (8, 1))),
         (("sglang", "b300", "deepseek-v3", "nvfp4", 4, 4), ("aic-fi-b300-nvfp4-trtllm", (1, 4))),
+        # SGLang with SGLANG_USE_AITER=1 on MI300X: aiter's gfx942 fused MoE, tp8 slice only
+        (("sglang", "mi300x", "deepseek-v3", "fp8", 8, 1), ("aiter-mi300x-fp8", (8, 1))),
         # no measurement: vLLM NVFP4 (backend not pinned by its recipe), another model/engine
-        # pair, MI300X, aiter FP8 expert parallel
+        # pair, aiter FP8 expert parallel (MI355X, MI300X), MI300X tp4
         (("vllm", "b200", "deepseek-v3", "nvfp4", 4, 4), None),
         (("trt", "h200", "kimi-k2", "fp8", 8, 1), None),
-        (("sglang", "mi300x", "deepseek-v3", "fp8", 8, 1), None),
+        (("sglang", "mi300x", "deepseek-v3", "fp8", 8, 8), None),
+        (("sglang", "mi300x", "deepseek-v3", "fp8", 4, 1), None),
         (("sglang", "mi355x", "deepseek-v3", "fp8", 8, 8), None),
     ],
 )
@@ -114,7 +124,7 @@ def test_every_engine_table_has_a_measured_layout():
 def test_decode_steps_stay_weight_bound(kernel, batch, ctx):
     """At decode batch sizes the measured kernels' compute time is below the weight read, so
     attaching a table without decode records leaves a decode step as the roofline prices it."""
-    cfg = _dsr1("b200" if "b200" in kernel[0] else "h200")
+    cfg = _dsr1(next((hw for hw in ("b200", "mi300x") if hw in kernel[0]), "h200"))
     with_table = replace(cfg, extra={"moe_kernel": kernel})
     assert iteration_time_s(with_table, batch, ctx) == pytest.approx(
         iteration_time_s(cfg, batch, ctx), rel=1e-12
@@ -123,8 +133,8 @@ def test_decode_steps_stay_weight_bound(kernel, batch, ctx):
 
 def test_w4a16_decode_floor_only_where_the_engine_runs_a_w4a16_kernel():
     """Only the INT4 weight-only (W4A16) recipes get the decode-size floor: vLLM's Kimi INT4 on
-    B200 (FlashInfer MXINT4) and H200 (Marlin); AMD's aiter, NVFP4 and FP8 kernels keep the
-    weight-read roofline at decode sizes."""
+    B200 (FlashInfer MXINT4) and H200 (Marlin); AMD's aiter (MI355X and MI300X), NVFP4 and FP8
+    kernels keep the weight-read roofline at decode sizes."""
     floored = {k for k, t in _ENGINE_TABLE.items() if t in {name for name, _ in _DECODE_MS}}
     assert floored == {("vllm", "b200", "kimi-k2", "int4"), ("vllm", "h200", "kimi-k2", "int4")}
     for args in [
@@ -137,6 +147,7 @@ def test_w4a16_decode_floor_only_where_the_engine_runs_a_w4a16_kernel():
     for args in [
         ("vllm", "h200", "kimi-k2", "int4", 4, 1),  # Marlin tp4: no decode records
         ("vllm", "mi355x", "kimi-k2", "mxfp4", 8, 1),  # aiter
+        ("sglang", "mi300x", "deepseek-v3", "fp8", 8, 1),  # aiter gfx942: at the weight read
         ("vllm", "b200", "kimi-k2", "nvfp4", 4, 4),  # no table
         ("sglang", "b200", "deepseek-v3", "nvfp4", 8, 1),
         ("trt", "h200", "deepseek-v3", "fp8", 8, 1),

@@ -30,7 +30,9 @@ Physics, per forward pass of the whole instance (COST-MODEL.md §3-4):
 * Measured kernels (``agentx.serving.kernels``, where the engine's kernel was measured): the
   routed experts of a prefill-sized pass take the measured MoE layer time, AMD's MLA decode
   at least its measured latency, and a W4A16 MoE kernel at decode sizes at least its measured
-  layer time (it runs far below the weight-read roofline there).
+  layer time (it runs far below the weight-read roofline there); where the attention
+  projections' block-scale GEMM was measured (``agentx.serving.gemm_kernels``, MI300X), its
+  time replaces their roofline math.
 * Kernel launch/latency floors are paid once per pass (a token crosses each layer once), and
   so is the latency of each layer's collectives above that floor (NCCL's latency model,
   ``agentx.replay.collectives``).
@@ -53,6 +55,7 @@ from agentx.replay.stages import (
     mla_mha_forms,
     pair_layers,
 )
+from agentx.serving.gemm_kernels import attn_gemm_layer_s
 from agentx.serving.kernels import decode_floor_kernel, mla_decode_s, moe_decode_s, moe_layer_s
 
 MMA_M = 64.0  # rows per tensor-core MMA issue (wgmma m64 / tcgen05 M=64)
@@ -147,6 +150,14 @@ def iteration_cost(
     f_ffn = g * chip.flops_per_s(cfg.expert_compute_precision) * e.prefill.compute
     hbm_w = g * lay.hbm_bytes_per_s * e.decode_experts.memory
     hbm_kv = g * lay.hbm_bytes_per_s * e.decode_attention.memory
+    attn_s = attn_lin / f_attn
+    proj = cfg.extra.get("attn_gemm_kernel")
+    if proj is not None:
+        # The attention projections' GEMM was measured at this layout's shapes
+        # (serving.gemm_kernels): its time per layer replaces their roofline math.
+        rows = tok / lay.att_replicas
+        proj_s = m.num_layers * attn_gemm_layer_s(proj, rows, e.kernel_floor_s) * (tok > 0)
+        attn_s = proj_s + 2.0 * (dec_tok + ns) * lay.head_params / f_attn
     kernel = cfg.extra.get("moe_kernel") if m.is_moe else None
     if kernel is not None:
         # The engine's grouped-GEMM kernel was measured at these shapes (serving.kernels):
@@ -154,9 +165,9 @@ def iteration_cost(
         # are in the measurement); the weight-read bound below still holds at decode sizes.
         routed_s = m.num_moe_layers * moe_layer_s(kernel, tok) * (tok > 0)
         other = 2.0 * tok * (lay.ffn_linear_params - m.active_routed_params)
-        compute_s = attn_lin / f_attn + other / f_ffn + routed_s
+        compute_s = attn_s + other / f_ffn + routed_s
     else:
-        compute_s = attn_lin / f_attn + ffn_lin / f_ffn
+        compute_s = attn_s + ffn_lin / f_ffn
     linear_s = np.maximum(compute_s, wbytes / hbm_w)
     dec = decode_floor_kernel(kernel)
     if dec is not None:

@@ -35,6 +35,16 @@ Tables (milliseconds per MoE layer against the tokens entering the layer, balanc
   per-GPU expert slice ``inter_dim`` 256 is tp8, 512 tp4). aiter fuses the shared expert into
   the kernel (257 experts, top-9), so 8/9 of its time is the routed experts'. Its FP8 tp8
   records above 1,024 tokens repeat the 1,024-token entry and are not used.
+* AMD MI300X (gfx942, ``cu_num 304``; SGLang with ``SGLANG_USE_AITER=1`` calls aiter's
+  ``fused_moe`` with ``QuantType.per_128x128`` for block-scale FP8 experts, sgl-project/sglang
+  ``python/sglang/srt/layers/quantization/fp8.py``): aiter has no record of DeepSeek-V3's tp8
+  expert slice there; its nearest is GLM-5.1's (ROCm/aiter#3422, ``a8w8_blockscale_tuned_fmoe_glm5_1.csv``:
+  the same FP8 block-scale 1-stage fused MoE on the same per-GPU slice, ``inter_dim`` 256, 257
+  experts, top-9, hidden 6144 instead of 7168; tuned on MI325X, the same 304-CU gfx942 die with
+  more bandwidth and power, so a lower bound for MI300X). Every expert GEMM's FLOPs and weight
+  bytes scale with the hidden size, so its time × 7168 / 6144 (the same FLOP rate) is used. At
+  16-256 tokens that time is 0.85-0.93 of the routed weight read the roofline charges on
+  MI300X, so like the other W8A8 tables it sets no decode floor (docs/validation.md, round 8).
 
 Between table points the time is interpolated linearly in tokens; outside them it scales with
 tokens from the nearest point (same FLOP rate), and at decode sizes the weight-read roofline
@@ -50,6 +60,8 @@ TOKENS = (1024, 2048, 4096, 8192, 16384)
 _AIC = "AIConfigurator 095f58a5 moe_perf"
 _AITER_FP4 = "ROCm/aiter e4048607 dsv3_fp4_tuned_fmoe.csv"
 _AITER_FP8 = "ROCm/aiter e4048607 a8w8_blockscale_tuned_fmoe_ds_v3.csv"
+_AITER_GFX942 = "ROCm/aiter e4048607 a8w8_blockscale_tuned_fmoe_glm5_1.csv (gfx942, cu_num 304)"
+_MI300X = "aiter-mi300x-fp8"
 
 # (table, (moe_tp, moe_ep)) -> ms per layer at TOKENS (None: not measured). Routed experts only.
 _MS: dict[tuple[str, tuple[int, int]], tuple] = {
@@ -74,6 +86,8 @@ _MS: dict[tuple[str, tuple[int, int]], tuple] = {
     ("aiter-mi355x-mxfp4", (4, 1)): (0.31786, 0.46302, 0.70886, 1.17029, 2.09195),
     ("aiter-mi355x-fp8", (8, 1)): (0.35948, None, None, None, None),
     ("aiter-mi355x-fp8", (4, 1)): (0.67368, 0.87359, 1.29401, 2.30585, None),
+    # GLM-5.1's slice (hidden 6144) on gfx942 / cu_num 304, as recorded; × WIDTH_SCALE below
+    (_MI300X, (8, 1)): (0.353377, 0.547545, 0.8093871, 1.3139702, 2.2284179),
     # Kimi K2 (384 experts, top-8), W4A16 Marlin MoE as AIConfigurator collected it through vLLM
     # 0.24.0 (h200_sxm/moe/vllm/0.24.0, vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts;
     # the runs used v0.21.0). Its 0.18.0 / 0.19.0 collections are 1.5-4.8x slower than this one
@@ -114,6 +128,8 @@ _MS: dict[tuple[str, tuple[int, int]], tuple] = {
 # the W8A8 / W4A4 kernels of these tables 0.7-1.2x (Hopper FP8 block-scale 1.2-1.8x).
 DECODE_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 _FI_INT4, _MARLIN = "aic-fi-b200-kimi-int4-trtllm", "aic-vllm-h200-kimi-int4-marlin"
+# Tables measured on a narrower model than the one they price: time × this (FLOPs and bytes).
+WIDTH_SCALE = {_MI300X: 7168.0 / 6144.0}
 _DECODE = {
     _FI_INT4: {
         (8, 1): (0.0391, 0.0411, 0.049, 0.0802, 0.1409, 0.2409, 0.3552, 0.3577, 0.363, 0.6741),
@@ -130,6 +146,7 @@ SOURCES = {
     "aiter-mi355x-mxfp4": _AITER_FP4,
     "aiter-mi355x-fp8": _AITER_FP8,
     "aiter-mi355x-kimi-mxfp4": "ROCm/aiter e4048607 kimik2_fp4_tuned_fmoe.csv",
+    _MI300X: _AITER_GFX942,
 }
 SHARED_IN_KERNEL = 8.0 / 9.0  # aiter fuses the shared expert: routed share of its FLOPs
 
@@ -160,6 +177,7 @@ _ENGINE_TABLE = {
     ("atom", "mi355x", _DSV3, "mxfp4"): "aiter-mi355x-mxfp4",
     ("sglang", "mi355x", _DSV3, "fp8"): "aiter-mi355x-fp8",
     ("atom", "mi355x", _DSV3, "fp8"): "aiter-mi355x-fp8",
+    ("sglang", "mi300x", _DSV3, "fp8"): _MI300X,
     ("vllm", "mi355x", "kimi-k2", "mxfp4"): "aiter-mi355x-kimi-mxfp4",
     ("vllm", "h200", "kimi-k2", "int4"): "aic-vllm-h200-kimi-int4-marlin",
     ("vllm", "b200", "kimi-k2", "int4"): "aic-fi-b200-kimi-int4-trtllm",
@@ -191,7 +209,7 @@ def moe_layer_s(kernel: tuple[str, tuple[int, int]], tokens) -> np.ndarray:
     above = t_k[-1] * n / n_k[-1]
     t = np.where(n < n_k[0], below, np.where(n > n_k[-1], above, inside))
     share = SHARED_IN_KERNEL if kernel[0].startswith("aiter") else 1.0
-    return 1e-3 * share * t
+    return 1e-3 * share * WIDTH_SCALE.get(kernel[0], 1.0) * t
 
 
 MEASURED_MOE_LAUNCHES = 2  # router top-k + fused MoE: of the per-layer floors (stages.KERNELS_MOE)

@@ -15,6 +15,7 @@ import numpy as np
 
 from agentx.catalog.types import ServingConfig
 from agentx.replay.config import make_config
+from agentx.serving.gemm_kernels import attn_gemm_kernel
 from agentx.serving.kernels import mla_decode_latency, moe_kernel
 from agentx.serving.points import BF16_KV_ENGINES, METRICS, Point, Worker
 from agentx.serving.recipes import Recipe, engine_kv_tokens, recipe_draft_tokens, recipe_for
@@ -135,10 +136,11 @@ def deployment_for(catalog, p: Point, spec: Speculation | None = None) -> Deploy
     if not p.disagg:
         r = _recipe(p)
         cfg = _cfg(catalog, p, p.worker, "aggregated", r.kv_precision)
-        w, expert = p.worker, formats(p.model, p.precision, cfg.chip.vendor)[1]
+        w, (weight, expert) = p.worker, formats(p.model, p.precision, cfg.chip.vendor)
         kernel = moe_kernel(p.framework, p.hardware, p.model, expert, w.tp, w.ep)
         mla = mla_decode_latency(p.hardware, cfg.model.attention)
-        extra = {"moe_kernel": kernel, "mla_decode_latency": mla}
+        proj = attn_gemm_kernel(p.framework, p.hardware, p.model, weight, cfg.tp, cfg.dp_attention)
+        extra = {"moe_kernel": kernel, "mla_decode_latency": mla, "attn_gemm_kernel": proj}
         extra = {k: v for k, v in extra.items() if v is not None}
         if extra:
             cfg = replace(cfg, extra={**cfg.extra, **extra})
