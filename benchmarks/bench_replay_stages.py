@@ -102,7 +102,7 @@ def _write_alone(tr, cfg, cols, path) -> float:
     ids decoded, converted to Arrow and encoded in this thread (as the writer thread does)."""
     import pyarrow.parquet as pq
 
-    from agentx.replay.callsfile import parquet_options, sparse_floats
+    from agentx.replay.callsfile import float_shapes, parquet_options
     from agentx.replay.chunks import replay_chunks
 
     spent, writer = 0.0, None
@@ -113,7 +113,7 @@ def _write_alone(tr, cfg, cols, path) -> float:
         table = frame.to_arrow()
         if writer is None:
             writer = pq.ParquetWriter(
-                path, table.schema, **parquet_options(table.schema, sparse_floats(frame))
+                path, table.schema, **parquet_options(table.schema, *float_shapes(frame))
             )
         writer.write_table(table, row_group_size=table.num_rows)
         spent += time.thread_time() - c

@@ -63,18 +63,23 @@ def test_calls_writer_raises_a_failed_write_and_leaves_no_file(tmp_path):
 
 
 def test_calls_writer_codecs_per_column_kind(tmp_path):
-    """Integers delta-encoded then lz4, strings zstd, dense floats plain and uncompressed,
-    mostly-zero floats lz4 (chosen on the first frame and kept); values round-trip."""
+    """Integers delta-encoded then lz4, strings zstd, dense floats plain and uncompressed with
+    no dictionary, a float with few values dictionary-encoded, mostly-zero floats lz4 (chosen
+    on the first frame and kept); priced floats carry no statistics, trace columns and
+    integers do; values round-trip."""
     import pyarrow.parquet as pq
 
-    from agentx.replay.callsfile import CallsWriter
+    from agentx.replay.callsfile import DICTIONARY_PAGE_BYTES, CallsWriter
 
+    n = DICTIONARY_PAGE_BYTES // 8 + 2000  # more distinct values than a dictionary page holds
     frame = pl.DataFrame(
         {
-            "input_tokens": np.arange(1000),
-            "ttft_s": np.linspace(0.1, 9.0, 1000),  # dense
-            "prefill_time_s": np.where(np.arange(1000) % 10 == 0, 1.5, 0.0),  # mostly zeros
-            "agent_id": ["main", "sub"] * 500,
+            "input_tokens": np.arange(n),
+            "ttft_s": np.linspace(0.1, 9.0, n),  # dense
+            "prefill_time_s": np.where(np.arange(n) % 10 == 0, 1.5, 0.0),  # mostly zeros
+            "agent_id": ["main", "sub"] * (n // 2),
+            "decode_experts_time_s": np.arange(n) % 7 * 0.25,  # few distinct values
+            "t_start_s": np.linspace(0.0, 1.0, n),  # a trace column
         }
     )
     with CallsWriter(tmp_path / "c.parquet") as w:
@@ -83,11 +88,14 @@ def test_calls_writer_codecs_per_column_kind(tmp_path):
     md = pq.ParquetFile(tmp_path / "c.parquet").metadata
     lz4 = ("LZ4_RAW", "LZ4")
     for g in range(md.num_row_groups):
-        col = [md.row_group(g).column(j) for j in range(4)]
+        col = [md.row_group(g).column(j) for j in range(6)]
         assert col[0].compression in lz4 and "DELTA_BINARY_PACKED" in col[0].encodings
         assert col[1].compression == "UNCOMPRESSED"
+        assert not any("DICTIONARY" in e for e in col[1].encodings)
         assert col[2].compression in lz4
         assert col[3].compression == "ZSTD"
+        assert "RLE_DICTIONARY" in col[4].encodings
+        assert [c.is_stats_set for c in col] == [True, False, False, True, False, True]
     back = pl.read_parquet(tmp_path / "c.parquet")
     assert back.equals(pl.concat([frame, frame.with_columns(prefill_time_s=pl.lit(2.0))]))
 

@@ -7,8 +7,11 @@ docs/metrics.md "Which columns calls.parquet keeps"): integer columns delta-enco
 (DELTA_BINARY_PACKED, then lz4: a third of zstd's time on token counts, at about the same
 size); string columns zstd level 1; float columns uncompressed (float mantissas hardly
 compress and compressing them costs the most time) except those mostly zeros in the first
-row group (lz4); dictionary pages capped at 64 KiB so a high-cardinality float column gives
-up its dictionary after a few thousand values instead of a megabyte of hashing.
+row group (lz4); dictionary pages capped at 64 KiB; a float column tries a dictionary only
+where the first row group's head shows it can fit one (few distinct values, or mostly zeros):
+a dense column would hash 8,192 values per row group before giving up. Priced float columns
+carry no min/max statistics: every row group of a session-ordered table spans their whole
+range, so a reader could skip none on them; trace columns and integers keep theirs.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from agentx.errors import UsageError
 CALLS_MODES = ("summary", "full", "none")
 DEFAULT_CALLS = "summary"
 DICTIONARY_PAGE_BYTES = 1 << 16
+DICTIONARY_PROBE_ROWS = 1 << 16  # head of the first frame that decides a float's dictionary
 
 
 def calls_columns(mode: str, available) -> list[str] | None:
@@ -49,14 +53,19 @@ def calls_columns(mode: str, available) -> list[str] | None:
     return [c for c in dict.fromkeys(keep) if c in available]
 
 
-def parquet_options(schema, sparse=()) -> dict:
+def parquet_options(schema, sparse=(), few=None) -> dict:
     """ParquetWriter keyword arguments for a calls table of ``schema`` (module docstring);
-    ``sparse``: the float columns worth compressing (mostly zeros, ``sparse_floats``)."""
+    ``sparse``: the float columns worth compressing (mostly zeros), ``few``: those with few
+    enough distinct values for a dictionary page (None: every float tries one); both from
+    ``float_shapes``."""
     import pyarrow as pa
+
+    from agentx.replay.replay import TRACE_COLUMNS
 
     floats = [f.name for f in schema if pa.types.is_floating(f.type)]
     ints = [f.name for f in schema if pa.types.is_integer(f.type)]
     others = [f.name for f in schema if f.name not in floats and f.name not in ints]
+    dict_floats = floats if few is None else [c for c in floats if c in sparse or c in few]
     return {
         "compression": {
             **{c: "zstd" for c in others},
@@ -64,9 +73,10 @@ def parquet_options(schema, sparse=()) -> dict:
             **{c: "lz4" if c in sparse else "none" for c in floats},
         },
         "compression_level": {c: 1 for c in others},
-        "use_dictionary": others + floats,
+        "use_dictionary": others + dict_floats,
         "column_encoding": dict.fromkeys(ints, "DELTA_BINARY_PACKED"),
         "dictionary_pagesize_limit": DICTIONARY_PAGE_BYTES,
+        "write_statistics": [c for c in schema.names if c not in floats or c in TRACE_COLUMNS],
     }
 
 
@@ -82,14 +92,22 @@ def required(schema):
     return pa.schema([f.with_nullable(f.name in nullable) for f in schema])
 
 
-def sparse_floats(frame: pl.DataFrame) -> set[str]:
-    """Float columns of ``frame`` that are mostly (over half) zeros: fill times of a trace
-    that is mostly midfills, reload traffic. Dense float columns hardly compress."""
+def float_shapes(frame: pl.DataFrame) -> tuple[set[str], set[str]]:
+    """Float columns of ``frame`` that are mostly (over half) zeros (fill times of a trace
+    that is mostly midfills, reload traffic; dense float columns hardly compress), and those
+    whose head (``DICTIONARY_PROBE_ROWS``) has few enough distinct values to fit a dictionary
+    page (decode-expert times, which take a value per output length)."""
     floats = [c for c, t in frame.schema.items() if t.is_float()]
     if not floats or frame.height == 0:
-        return set()
+        return set(), set()
     zeros = frame.select((pl.col(c) == 0).mean() for c in floats).row(0)
-    return {c for c, z in zip(floats, zeros, strict=True) if z > 0.5}
+    head = frame.head(DICTIONARY_PROBE_ROWS)
+    distinct = head.select(pl.col(c).n_unique() for c in floats).row(0)
+    fits = DICTIONARY_PAGE_BYTES // 8
+    return (
+        {c for c, z in zip(floats, zeros, strict=True) if z > 0.5},
+        {c for c, n in zip(floats, distinct, strict=True) if n <= fits},
+    )
 
 
 class CallsWriter:
@@ -113,7 +131,7 @@ class CallsWriter:
         self._slots = threading.Semaphore(depth)  # frames handed over and not yet written
         self._error: BaseException | None = None
         self._writer = None
-        self._sparse: set[str] | None = None  # float columns to compress (the first frame's)
+        self._floats = None  # (sparse, few) float columns of the first frame: float_shapes
         self._thread = threading.Thread(target=self._run, name="calls-writer", daemon=True)
         self._thread.start()
 
@@ -141,9 +159,9 @@ class CallsWriter:
             # integer session codes (read_trace_columns) are written as the ids
             ids = self._names.gather(frame.get_column("session_id"))
             frame = frame.with_columns(ids.alias("session_id"))
-        first = self._sparse is None
+        first = self._floats is None
         if first:  # codecs from the first frame (deterministic for equal input)
-            self._sparse = sparse_floats(frame)
+            self._floats = float_shapes(frame)
         return frame.to_arrow(), first
 
     def _append(self, item) -> None:
@@ -153,7 +171,7 @@ class CallsWriter:
         if first:
             meta = {k.encode(): v.encode() for k, v in self._meta.items()}
             schema = required(table.schema).with_metadata(meta)
-            opts = parquet_options(schema, self._sparse)
+            opts = parquet_options(schema, *self._floats)
             self._writer = pq.ParquetWriter(self._path, schema, **opts)
         if not table.schema.equals(self._writer.schema, check_metadata=False):
             table = table.cast(self._writer.schema)
