@@ -6,10 +6,8 @@ import contextlib
 import dataclasses
 
 import click
-import polars as pl
 
 from agentx.cli._common import (
-    apply_over_context,
     catalog_option,
     emit_json,
     gpus_option,
@@ -20,7 +18,6 @@ from agentx.cli._common import (
     over_context_option,
     pools_option,
     precision_option,
-    print_table,
     quiet_option,
     run_dir_option,
     say_over_context,
@@ -29,10 +26,9 @@ from agentx.cli._common import (
     trace_or_dataset_argument,
 )
 from agentx.cli._fleet import engine_options, routing_options
+from agentx.cli._replay import _load, _priced_columns, _print, calls_options
 from agentx.errors import UsageError
-from agentx.fmt import num
 from agentx.progress import Phases
-from agentx.units import GB
 
 
 @click.command(
@@ -95,22 +91,7 @@ from agentx.units import GB
 )
 @load_scale_option
 @over_context_option
-@click.option(
-    "--calls",
-    "calls_mode",
-    type=click.Choice(["summary", "full", "none"]),
-    default="summary",
-    show_default=True,
-    help="calls.parquet: the columns queries use (docs/metrics.md), every per-call column "
-    "(adds per-stage FLOPs and bytes), or none.",
-)
-@click.option(
-    "--chunk-rows",
-    type=int,
-    default=1 << 19,  # agentx.replay.chunks.CHUNK_ROWS (not imported: --help stays fast)
-    show_default=True,
-    help="Calls priced and written per partition (cut between sessions); results do not depend on it.",
-)
+@calls_options
 @routing_options
 @engine_options
 @catalog_option
@@ -310,96 +291,3 @@ def command(
         _print(result)
     if run_dir is not None and not quiet:
         click.echo(f"wrote {run_dir}", err=True)
-
-
-def _priced_columns(kv_tiers: bool) -> tuple[str, ...]:
-    from agentx.kv.tiers import PER_CALL
-    from agentx.replay.replay import CALL_COLUMNS
-
-    return (*CALL_COLUMNS, *(PER_CALL if kv_tiers else ()))
-
-
-def _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases, max_refs):
-    """The in-memory replay's inputs: the trace, its KV tier outcome, the operating point."""
-    from agentx.replay.replay import KV_COLUMNS, TRACE_COLUMNS
-    from agentx.traces.io import read_trace, read_trace_columns
-    from agentx.traces.transform import scale_load
-
-    phases.step("reading the trace")
-    if load_scale == 1.0 and over_context == "warn":
-        # only the columns pricing and the KV model read stay in memory (every row is validated)
-        # session ids as UInt32 codes in the ids' order (4 B per call, written back as the ids)
-        tr = read_trace_columns(
-            trace, [*TRACE_COLUMNS, *(KV_COLUMNS if kv_tiers else ())], session_codes=True
-        )
-    else:  # the transforms rewrite sessions and compactions: they see the whole trace
-        tr = read_trace(trace)
-    tr, context = apply_over_context(tr, cfg.model.max_context_tokens, over_context, quiet=quiet)
-    tr = scale_load(tr, load_scale)
-    operating_point = None
-    if interactivity is not None:
-        from agentx.replay.interactivity import decode_context_tokens, with_interactivity
-
-        cfg, operating_point = with_interactivity(
-            cfg, interactivity, decode_context_tokens(tr.calls)
-        )
-    kv = arrived = None
-    if kv_tiers:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from agentx.kv import replay_tiers
-        from agentx.kv.blocks import MAX_REFS
-        from agentx.replay.timeline import arrivals
-
-        phases.step("placing KV blocks in HBM/DRAM/SSD")
-        # the HBM peak's arrival order (a sort of 10 M start times) is made on the core the
-        # chain kernel leaves idle, instead of at the end beside the writer and the quantiles
-        pool, box = ThreadPoolExecutor(max_workers=1), []
-        beside = lambda calls=tr.calls: box.append(pool.submit(arrivals, calls))  # noqa: E731
-        refs = MAX_REFS if max_refs is None else max_refs
-        kv = replay_tiers(tr, cfg, max_refs=refs, lazy=True, beside=beside)
-        pool.shutdown(wait=False)
-        arrived = box[0].result if box else None
-        # the columns only the KV model reads go before pricing (calls.parquet never has them)
-        tr = dataclasses.replace(tr, calls=tr.calls.drop(KV_COLUMNS, strict=False))
-    return tr, kv, cfg, operating_point, context, arrived
-
-
-def _print(result) -> None:
-    s = result.summary
-    st = result.stages.select(
-        "stage",
-        "time_s",
-        "time_share",
-        "energy_j",
-        "energy_share",
-        "j_per_output_token",
-        "arithmetic_intensity",
-        # traffic moved, not capacity (that is the footprint table below)
-        (pl.col("hbm_bytes") / GB).alias("hbm_traffic_gb"),
-        (pl.col("comm_bytes") / GB).alias("link_traffic_gb"),
-    )
-    click.echo(
-        f"{s['model']} on {s['layout']}: {num(s['calls'])} calls, {num(s['tokens']['output_tokens'])} output tokens"
-    )
-    if "interactivity" in s:
-        op = s["interactivity"]
-        click.echo(
-            f"decode batch {op['decode_batch']} for {num(op['target_tokens_per_s_per_user'])} tokens/s per user "
-            f"at {num(op['context_tokens'])} tokens of context ({num(op['tokens_per_s_per_user'])} reached; "
-            f"limited by {op['limited_by']})"
-        )
-    print_table(st)
-    click.echo(
-        f"total {num(s['total_time_s'])} instance-s, {num(s['total_energy_j'])} J, "
-        f"{num(s['j_per_output_token'])} J per output token"
-    )
-    click.echo("")
-    print_table(
-        result.footprint.select("component", (pl.col("bytes_per_gpu") / GB).alias("gb_per_gpu"))
-    )
-    verdict = "fits" if s["kv_fits_in_hbm"] else "does NOT fit"
-    click.echo(
-        f"HBM peak per GPU {num(s['hbm_peak_bytes_per_gpu'] / GB)} GB of {num(s['hbm_capacity_bytes_per_gpu'] / GB)} GB "
-        f"({verdict}; {num(s['kv_resident_sequences'])} sequences, {num(s['kv_resident_tokens'])} tokens resident)"
-    )
