@@ -9,15 +9,19 @@ layer where the configuration carries one), ``decode_attention_calls`` and
 summed per fixed block of calls, then over blocks in order, so results are deterministic
 whatever the thread count. This module owns the compiled functions, all of them here (numba's
 per-file cache cannot mix an old inlined helper into a new kernel); their constants per
-configuration (``Params``, ``params``) live in ``agentx.replay.kernel_params``, re-exported.
+configuration (``params``) are derived in ``agentx.replay.kernel_params``, re-exported; their
+layout (``Params``) stays here, in the file numba checks the kernel's cache against.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numba
 import numpy as np
 
-from agentx.replay.kernel_params import Params, params
+# The constants per configuration (agentx.replay.kernel_params), re-exported.
+from agentx.replay.kernel_params import params
 from agentx.replay.stages import KEYS
 
 __all__ = ["BLOCKS", "N_KEYS", "N_ROWS", "PARALLEL_FROM_CALLS", "TILE", "Params", "params", "price"]
@@ -31,6 +35,71 @@ N_KEYS = len(KEYS)
 K_TIME, K_FLOPS, K_HBM, K_COMM, K_ENERGY = (
     KEYS.index(k) for k in ("time_s", "flops", "hbm_bytes", "comm_bytes", "energy_j")
 )
+
+
+class Params(NamedTuple):
+    n_layers: float
+    n_global: float
+    n_local: float
+    window: float
+    att_pair: float  # absorbed (or GQA) attention FLOPs per pair-layer
+    mla: float
+    mha_pair: float
+    up_token_layer: float
+    lin_token: float
+    head_flops: float
+    fill_weights: float  # attention + FFN weights per pass
+    head_w: float
+    expert_w: float  # expert replicas × MoE layers × bytes of one expert
+    kv_rep: float
+    kv_layer_b: float
+    kv_token_b: float
+    act_fill: float  # elementwise activation bytes per filled token
+    act_att: float  # the attention-side part, per decoded token
+    chunk: float
+    ep_token: float
+    su_frac: float
+    tp_token: float  # attention-output all-reduce bytes per token
+    ffn_ar_token: float  # FFN-output all-reduce bytes per filled token (TP-sharded FFN)
+    xfer_su: float
+    xfer_so: float
+    floor_pass: float
+    floor_att_tok: float  # attention launch floors of a step / batch
+    # s per FLOP or byte by stage: a multiply, not a division (scalars: parfors take no tuples)
+    ilin_pre: float
+    iatt_pre: float
+    imem_pre: float
+    ilin_mid: float
+    iatt_mid: float
+    imem_mid: float
+    ilin_da: float
+    iatt_da: float
+    imem_da: float
+    isu: float
+    iso: float
+    static: float
+    e_lin: float
+    e_att: float
+    e_hbm: float
+    e_su: float
+    e_so: float
+    batch: float
+    att_w_tok: float  # attention weights per decoded token: active replicas' read / batch
+    att_lin_token: float
+    att_replicas: float
+    d_chunk: float  # distinct experts touched by a packed pass
+    exp_step_time: float
+    # Latency across pipeline stages (docs/metrics.md "What a time means"): a token crosses
+    # every stage; the decode batch runs as mb = min(pp, B) micro-batches of B/mb sequences.
+    pp: float
+    micro_batch: float  # B / mb sequences per micro-batch
+    att_w_micro: float  # attention weights per sequence of a micro-batch
+    exp_step_micro: float  # decode-experts step of one micro-batch, without its floors
+    floors_step: float  # launch floors of one decode step (attention + FFN), paid once
+    # The engine's measured MoE layer (ServingConfig.extra["moe_kernel"]; zeros = roofline): its
+    # seconds per pass replace the routed experts' roofline math of a fill (fill_cost).
+    routed_token_flops: float  # routed-expert FLOPs per filled token
+    moe_chunk_s: float  # routed experts of one packed pass of ``chunk`` tokens, seconds
 
 
 @numba.njit(cache=True, inline="always", error_model="numpy")

@@ -1,15 +1,16 @@
 """The constants of ``agentx.replay.kernel``'s compiled pass, derived once per configuration.
 
-Owns ``Params`` (every scalar the kernel reads, as one NamedTuple: parfors take no dicts) and
-``params`` (cached per ``ServingConfig``: the constants, the distinct-experts and measured-MoE
-tables per tokens-in-pass, the per-token decode-experts costs). Plain Python and numpy, nothing
-compiled: the kernel module keeps every jitted function together.
+Owns ``params`` (cached per ``ServingConfig``: the kernel's ``Params``, the distinct-experts
+and measured-MoE tables per tokens-in-pass, the per-token decode-experts costs). Plain Python
+and numpy, nothing compiled. ``Params`` itself (the kernel's argument layout) stays in
+``agentx.replay.kernel``: numba's cache is checked against the kernel's own file only, so an
+edit of the fields elsewhere could leave a stale compiled kernel reading them by position.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,70 +25,8 @@ from agentx.replay.stages import (
     moe_pass_s,
 )
 
-
-class Params(NamedTuple):
-    n_layers: float
-    n_global: float
-    n_local: float
-    window: float
-    att_pair: float  # absorbed (or GQA) attention FLOPs per pair-layer
-    mla: float
-    mha_pair: float
-    up_token_layer: float
-    lin_token: float
-    head_flops: float
-    fill_weights: float  # attention + FFN weights per pass
-    head_w: float
-    expert_w: float  # expert replicas × MoE layers × bytes of one expert
-    kv_rep: float
-    kv_layer_b: float
-    kv_token_b: float
-    act_fill: float  # elementwise activation bytes per filled token
-    act_att: float  # the attention-side part, per decoded token
-    chunk: float
-    ep_token: float
-    su_frac: float
-    tp_token: float  # attention-output all-reduce bytes per token
-    ffn_ar_token: float  # FFN-output all-reduce bytes per filled token (TP-sharded FFN)
-    xfer_su: float
-    xfer_so: float
-    floor_pass: float
-    floor_att_tok: float  # attention launch floors of a step / batch
-    # s per FLOP or byte by stage: a multiply, not a division (scalars: parfors take no tuples)
-    ilin_pre: float
-    iatt_pre: float
-    imem_pre: float
-    ilin_mid: float
-    iatt_mid: float
-    imem_mid: float
-    ilin_da: float
-    iatt_da: float
-    imem_da: float
-    isu: float
-    iso: float
-    static: float
-    e_lin: float
-    e_att: float
-    e_hbm: float
-    e_su: float
-    e_so: float
-    batch: float
-    att_w_tok: float  # attention weights per decoded token: active replicas' read / batch
-    att_lin_token: float
-    att_replicas: float
-    d_chunk: float  # distinct experts touched by a packed pass
-    exp_step_time: float
-    # Latency across pipeline stages (docs/metrics.md "What a time means"): a token crosses
-    # every stage; the decode batch runs as mb = min(pp, B) micro-batches of B/mb sequences.
-    pp: float
-    micro_batch: float  # B / mb sequences per micro-batch
-    att_w_micro: float  # attention weights per sequence of a micro-batch
-    exp_step_micro: float  # decode-experts step of one micro-batch, without its floors
-    floors_step: float  # launch floors of one decode step (attention + FFN), paid once
-    # The engine's measured MoE layer (ServingConfig.extra["moe_kernel"]; zeros = roofline): its
-    # seconds per pass replace the routed experts' roofline math of a fill (fill_cost).
-    routed_token_flops: float  # routed-expert FLOPs per filled token
-    moe_chunk_s: float  # routed experts of one packed pass of ``chunk`` tokens, seconds
+if TYPE_CHECKING:
+    from agentx.replay.kernel import Params
 
 
 @functools.lru_cache(maxsize=32)
@@ -96,6 +35,7 @@ def params(cfg: ServingConfig) -> tuple[Params, np.ndarray, np.ndarray]:
     ``moe_pass_s`` at the same token counts (zeros without a measured MoE layer), and the
     per-token decode-experts costs in KEYS order."""
     from agentx.replay.collectives import ffn_all_reduce_bytes
+    from agentx.replay.kernel import Params
     from agentx.replay.stages import _ep_bytes, _floor_per_pass, _tp_bytes
 
     lay, m, c = layout(cfg), cfg.model, coefficients(cfg)
