@@ -15,20 +15,49 @@ segments with a range-update/range-query Fenwick pair over just the segments' bo
 (coordinate-compressed, so the trees stay in cache): one query and two range moves per segment.
 Single-block segments (random-looking streams) move as points in a third, plain tree
 interleaved with the pair, so each walk touches one cache line per node.
+
+This module owns the driver (``lru_stack``: inputs, the choice of time axis, the result); the
+compiled passes live in ``agentx.kv.stack_passes``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba as nb
 import numpy as np
 
 from agentx.kv.blocks import BlockStream
-from agentx.kv.jit import bisect
 
-# Columns of the kernel's segment table (S_OLD: previous time of the segment's first block).
-S_CALL, S_REF0, S_N, S_W, S_READ_TOK, S_IS_READ, S_DIST, S_OLD, S_SW = range(9)
+# The kernel's segment table columns and the compiled passes: agentx.kv.stack_passes.
+from agentx.kv.stack_passes import (
+    S_CALL,
+    S_DIST,
+    S_IS_READ,
+    S_N,
+    S_OLD,
+    S_READ_TOK,
+    S_REF0,
+    S_SW,
+    S_W,
+    _distance_pass,
+    _point_pass,
+    _segment_pass,
+)
+
+__all__ = [
+    "S_CALL",
+    "S_DIST",
+    "S_IS_READ",
+    "S_N",
+    "S_OLD",
+    "S_READ_TOK",
+    "S_REF0",
+    "S_SW",
+    "S_W",
+    "StackResult",
+    "lru_stack",
+    "point_axis",
+]
 
 
 @dataclass(frozen=True)
@@ -126,218 +155,3 @@ def _unique(x: np.ndarray) -> np.ndarray:
     ``return_inverse``) took 12 s on the 21 M boundaries of a 1 M-call trace, a sort 0.6 s."""
     x = np.sort(x)
     return x[np.concatenate(([True], x[1:] != x[:-1]))] if x.size else x
-
-
-@nb.njit(cache=True)
-def _add(tree, i, v1, v2, v3):  # pragma: no cover (compiled)
-    n = tree.shape[0]
-    while i < n:
-        tree[i, 0] += v1
-        tree[i, 1] += v2
-        tree[i, 2] += v3
-        i += i & -i
-
-
-@nb.njit(cache=True)
-def _move(tree, coords, lo, hi, v):  # pragma: no cover (compiled)
-    """Add v at 0-based times lo..hi. A run goes to columns 0 and 1 (a range-update/range-query
-    Fenwick pair), a single time to column 2 (a plain Fenwick tree): one walk per point, two
-    per run. The three columns of a node share a cache line. Indices are positions among the
-    update times ``coords``, so the tree is as small as the number of segments, not of times."""
-    a = bisect(coords, lo + 1) + 1 if coords.size else lo + 1
-    zero = np.int64(0)  # not a literal 0: _add compiles once
-    if lo == hi:
-        _add(tree, a, zero, zero, v)
-    else:
-        z = bisect(coords, hi + 2) + 1 if coords.size else hi + 2
-        _add(tree, a, v, v * lo, zero)
-        _add(tree, z, -v, -v * (hi + 1), zero)
-
-
-@nb.njit(cache=True)
-def _prefix(tree, coords, i):  # pragma: no cover (compiled)
-    """Sum of weights at 0-based times 0..i-1."""
-    c = bisect(coords, i + 1) if coords.size else i  # integer times: right of i = left of i + 1
-    s1 = s2 = s3 = 0
-    while c > 0:
-        s1 += tree[c, 0]
-        s2 += tree[c, 1]
-        s3 += tree[c, 2]
-        c -= c & -c
-    return s1 * i - s2 + s3
-
-
-@nb.njit(cache=True)
-def _segment_pass(
-    ref_block, ref_off, n_read, write_pos, n_in, reused, bs, n_blocks, kill_off, kill_blocks, free
-):  # pragma: no cover
-    """Pass 1, per reference: cut the stream into segments (no distances needed for that)."""
-    last = np.full(n_blocks, -1, np.int64)
-    weight = np.zeros(n_blocks, np.int64)
-    kill_pos = np.full(kill_blocks.size, -1, np.int64)
-    kill_w = np.zeros(kill_blocks.size, np.int64)
-    cap = 4 * ref_off.size + 64
-    segs = np.empty((cap, 9), np.int64)
-    ns = 0
-    # the open segment lives in scalars; it is stored when the next one starts
-    o_call = o_ref0 = o_n = o_w = o_rt = o_read = o_first = o_old = o_sw = -1
-    for k in range(ref_off.size - 1):
-        for q in range(kill_off[k], kill_off[k + 1]):
-            b = kill_blocks[q]
-            if last[b] >= 0:
-                kill_pos[q], kill_w[q] = last[b], 0 if free[b] else weight[b]
-                last[b] = -1
-        prev_b = -1
-        prev_p = -1
-        for r in range(ref_off[k], ref_off[k + 1]):
-            i = r - ref_off[k]
-            is_read = 1 if i < n_read[k] else 0
-            j = i if is_read else write_pos[k] + i - n_read[k]
-            b = ref_block[r]
-            p = last[b]
-            if p < 0:
-                weight[b] = min(bs, n_in[k] - j * bs)
-            w = weight[b]
-            sw = 0 if free[b] else w  # free blocks sit outside the LRU (pinned elsewhere)
-            rt = min(bs, reused[k] - j * bs) if is_read else 0
-            if (
-                o_call == k
-                and o_read == is_read
-                and o_w == w
-                and o_sw == sw
-                and b != prev_b
-                and (
-                    (p < 0 and o_first == 1)
-                    or (p >= 0 and o_first == 0 and p == prev_p + 1 and p < o_ref0)
-                )
-            ):
-                o_n += 1
-                o_rt += rt
-            else:
-                if o_call >= 0:
-                    if ns == cap:  # grow to the segments expected at this rate (random: once)
-                        cap = (
-                            min(max(2 * cap, ns * ref_block.size // r * 9 // 8), ref_block.size)
-                            + 64
-                        )
-                        segs = _grow(segs, cap)
-                    _store(segs[ns], o_call, o_ref0, o_n, o_w, o_rt, o_read, o_first, o_old, o_sw)
-                    ns += 1
-                o_call, o_ref0, o_n, o_w, o_rt, o_read, o_sw = k, r, 1, w, rt, is_read, sw
-                o_first, o_old = (1 if p < 0 else 0), p
-            last[b] = r
-            prev_b = b
-            prev_p = p
-    if o_call >= 0:
-        if ns == cap:
-            segs = _grow(segs, cap + 1)
-        _store(segs[ns], o_call, o_ref0, o_n, o_w, o_rt, o_read, o_first, o_old, o_sw)
-        ns += 1
-    if ns * 8 < cap * 7:  # trim a table mostly unused; a nearly full one (random streams) is
-        segs = segs[:ns].copy()  # returned as a view, saving a copy as large as itself
-    return segs[:ns], weight, last, kill_pos, kill_w
-
-
-@nb.njit(cache=True)
-def _grow(segs, cap):  # pragma: no cover (compiled)
-    # element by element: a slice assignment compiles numba's broadcast checks (2 s of a fresh
-    # install's first replay, benchmarks/bench_startup.py)
-    grown = np.empty((cap, segs.shape[1]), np.int64)
-    for i in range(segs.shape[0]):
-        for c in range(segs.shape[1]):
-            grown[i, c] = segs[i, c]
-    return grown
-
-
-@nb.njit(cache=True, inline="always")
-def _store(row, call, ref0, n, w, rt, is_read, first, old, sw):  # pragma: no cover (compiled)
-    row[S_CALL], row[S_REF0], row[S_N], row[S_W] = call, ref0, n, w
-    row[S_READ_TOK], row[S_IS_READ], row[S_DIST], row[S_OLD] = rt, is_read, -first, old
-    row[S_SW] = sw
-
-
-@nb.njit(cache=True)
-def _distance_pass(segs, kill_off, kill_pos, kill_w, coords, last, t_all):  # pragma: no cover
-    """Pass 2, per segment: one query, then move the segment's blocks to their new times.
-    Fills ``segs[:, S_DIST]`` and returns each block's stack depth after its last reference."""
-    size = coords.size + 2 if coords.size else t_all + 3  # empty coords: every time is one
-    tree = np.zeros((size, 3), np.int64)
-    si = 0
-    total = 0  # weight of every live block: all of them sit at times before the current one
-    n_calls = kill_off.size - 1
-    for k in range(n_calls):
-        for q in range(kill_off[k], kill_off[k + 1]):
-            if kill_pos[q] >= 0:
-                _move(tree, coords, kill_pos[q], kill_pos[q], -kill_w[q])
-                total -= kill_w[q]
-        while si < segs.shape[0] and segs[si, S_CALL] == k:
-            seg = segs[si]
-            n, w, r, s_old = seg[S_N], seg[S_SW], seg[S_REF0], seg[S_OLD]
-            if seg[S_DIST] >= 0:
-                seg[S_DIST] = total - _prefix(tree, coords, s_old)  # = _prefix(.., r) - ...
-                _move(tree, coords, s_old, s_old + n - 1, -w)
-                total -= n * w
-            _move(tree, coords, r, r + n - 1, w)
-            total += n * w
-            si += 1
-    final = np.full(last.size, -1, np.int64)
-    for b in range(last.size):
-        if last[b] >= 0:
-            final[b] = total - _prefix(tree, coords, last[b])
-    return final
-
-
-@nb.njit(cache=True)
-def _padd(tree, i, v):  # pragma: no cover (compiled)
-    while i < tree.size:
-        tree[i] += v
-        i += i & -i
-
-
-@nb.njit(cache=True)
-def _ppre(tree, i):  # pragma: no cover (compiled)
-    s = 0
-    while i > 0:
-        s += tree[i]
-        i -= i & -i
-    return s
-
-
-@nb.njit(cache=True)
-def _point_pass(segs, kill_off, kill_pos, kill_w, rc, last, pt):  # pragma: no cover
-    """``_distance_pass`` for random streams (nearly every reference its own segment): points
-    go to a plain one-column Fenwick tree over every time (8 B a node, a third of the memory
-    the three-column walk touches), the few runs to a range pair over their own boundary
-    times ``rc`` (small: stays in cache). Same sums, same distances."""
-    rt = np.zeros((rc.size + 2, 3), np.int64)
-    runs = rc.size > 0
-    si = 0
-    total = 0
-    for k in range(kill_off.size - 1):
-        for q in range(kill_off[k], kill_off[k + 1]):
-            if kill_pos[q] >= 0:
-                _padd(pt, kill_pos[q] + 1, -kill_w[q])
-                total -= kill_w[q]
-        while si < segs.shape[0] and segs[si, S_CALL] == k:
-            seg = segs[si]
-            n, w, r, s_old = seg[S_N], seg[S_SW], seg[S_REF0], seg[S_OLD]
-            if seg[S_DIST] >= 0:
-                d = total - _ppre(pt, s_old)
-                seg[S_DIST] = d - _prefix(rt, rc, s_old) if runs else d
-                if n == 1:
-                    _padd(pt, s_old + 1, -w)
-                else:
-                    _move(rt, rc, s_old, s_old + n - 1, -w)
-                total -= n * w
-            if n == 1:
-                _padd(pt, r + 1, w)
-            else:
-                _move(rt, rc, r, r + n - 1, w)
-            total += n * w
-            si += 1
-    final = np.full(last.size, -1, np.int64)
-    for b in range(last.size):
-        if last[b] >= 0:
-            d = total - _ppre(pt, last[b])
-            final[b] = d - _prefix(rt, rc, last[b]) if runs else d
-    return final

@@ -4,6 +4,10 @@
 forms of ``agentx.replay.stages`` (one pass over whole columns), sums the stages, and sizes
 the per-GPU HBM footprint with the resident KV of a full decode batch. Column meanings,
 units and formulas: docs/metrics.md.
+
+This module owns the partition seam (``Partial``, ``replay_partition``, ``merge_partials``)
+and ``replay_trace``; the columns and per-call pricing live in ``agentx.replay.pricing``, the
+tables and summary from totals in ``agentx.replay.result``, both re-exported here.
 """
 
 from __future__ import annotations
@@ -15,106 +19,48 @@ import numpy as np
 import polars as pl
 
 from agentx.catalog.types import ServingConfig
-from agentx.errors import InputError
-from agentx.replay.energy import coefficients
-from agentx.replay.footprint import check_fits, describe, footprint_per_gpu
+from agentx.replay.footprint import check_fits
+
+# The columns and the per-call pricing (agentx.replay.pricing), the tables and summary from
+# totals (agentx.replay.result): re-exported, every name importable from here as before.
+from agentx.replay.pricing import (
+    CALL_COLUMNS,
+    CALL_KEYS,
+    KV_COLUMNS,
+    LATENCY,
+    TRACE_COLUMNS,
+    _kv_frame,
+    call_frame,
+    price_calls,
+    priced_columns,
+)
+from agentx.replay.result import ENERGY_MODEL, ReplayResult, Totals, replay_result
 from agentx.replay.stages import KEYS, STAGES
 from agentx.replay.timeline import QUANTILES, quantiles, resident_context
 
-TRACE_COLUMNS = (
-    "session_id",
-    "call_index",
-    "agent_id",
-    "t_start_s",
-    "input_tokens",
-    "reused_prefix_tokens",
-    "new_tokens",
-    "output_tokens",
-)
-# The trace columns only the KV tiers read (geometry and block ids).
-KV_COLUMNS = ("is_compaction", "shared_prefix_tokens", "block_size_tokens", "block_hashes")
-LATENCY = ("ttft_s", "decode_latency_s")
-CALL_KEYS = ("time_s", "energy_j", "flops", "hbm_bytes", "comm_bytes")
-ENERGY_MODEL = (
-    "E = P_static*gpus*t + e_flop(precision)*FLOPs + e_hbm*HBM bytes + e_link*link bytes; "
-    "e_flop calibrated so a compute-bound GPU at its default efficiency draws its TDP"
-)
-
-
-@dataclass(frozen=True)
-class ReplayResult:
-    calls: pl.DataFrame  # one row per call: trace keys, token counts, per-stage columns
-    stages: pl.DataFrame  # one row per stage
-    footprint: pl.DataFrame  # component, bytes_per_gpu
-    summary: dict
-
-
-def _kv_frame(kv, n: int):
-    if kv is None:
-        return None
-    per_call = getattr(kv, "per_call", kv)
-    height = per_call.height if hasattr(per_call, "height") else len(next(iter(per_call.values())))
-    if height != n:
-        raise InputError(
-            "<kv tiers>", f"expected {n} per-call rows (one per trace call), got {height}"
-        )
-    return per_call
-
-
-def _col(calls, name: str, default=None):
-    if hasattr(calls, "columns"):
-        if name not in calls.columns:
-            return default
-        return calls.get_column(name).to_numpy().astype(np.float64, copy=False)
-    if name not in calls:
-        return default
-    return np.asarray(calls[name], dtype=np.float64)
-
-
-CALL_COLUMNS = (
-    *(f"{st}_{k}" for st in STAGES for k in CALL_KEYS),
-    "ttft_s",
-    "decode_latency_s",
-    "total_energy_j",
-)
-
-
-def price_calls(
-    cfg: ServingConfig, calls, kv=None, columns=CALL_COLUMNS
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per-call ``columns`` (rows, of ``CALL_COLUMNS``, in that order) and stage totals
-    (stage × ``KEYS``, of every column whichever are kept).
-
-    Fills are packed into forward passes of ``prefill_chunk_tokens`` tokens with other fills,
-    as a loaded fill pool runs them, so a call bears new/chunk of each pass's weight load;
-    ttft_s prices the fill alone. Decode shares each step among ``decode_batch`` sequences.
-    ``kv`` (per-call arrays from agentx.kv, optional): kv_recompute_tokens move from the
-    reused prefix to the filled tokens (a call whose whole prefix is lost becomes a prefill);
-    kv_transfer_time_s and kv_transfer_energy_j (reloads from DRAM/SSD) join the call's fill.
-    """
-    from agentx.replay.kernel import params, price
-
-    n = np.ascontiguousarray(_col(calls, "new_tokens"))
-    p = np.ascontiguousarray(_col(calls, "reused_prefix_tokens"))
-    out = np.ascontiguousarray(_col(calls, "output_tokens"))
-    xt = xe = np.zeros(0)
-    if kv is not None:
-        rec = _col(kv, "kv_recompute_tokens")
-        if rec is not None:
-            rec = np.minimum(rec, p)
-            n, p = n + rec, p - rec
-        xt = np.broadcast_to(_col(kv, "kv_transfer_time_s", 0.0), n.shape).astype(np.float64)
-        xe = np.broadcast_to(_col(kv, "kv_transfer_energy_j", 0.0), n.shape).astype(np.float64)
-    q, dtab, exp_tok = params(cfg)
-    keep = [CALL_COLUMNS.index(c) for c in columns]
-    cols, sums = price(q, dtab, exp_tok, n, p, out, xt, xe, keep)
-    return cols, sums.sum(axis=0)
-
-
-def call_frame(cfg: ServingConfig, calls, kv=None) -> pl.DataFrame:
-    """The per-stage and latency columns of ``calls`` (see ``agentx.replay.stages.call_costs``)."""
-    cols, _ = price_calls(cfg, calls, kv)
-    return pl.DataFrame(dict(zip(CALL_COLUMNS, cols, strict=True)))
+__all__ = [
+    "CALLS_MODES",
+    "CALL_COLUMNS",
+    "CALL_KEYS",
+    "ENERGY_MODEL",
+    "KV_COLUMNS",
+    "LATENCY",
+    "SLIM_COLUMNS",
+    "TRACE_COLUMNS",
+    "Partial",
+    "ReplayResult",
+    "Totals",
+    "call_frame",
+    "calls_columns",
+    "merge_partials",
+    "price_calls",
+    "priced_columns",
+    "replay_partition",
+    "replay_result",
+    "replay_trace",
+    "resident_context",
+    "write_calls",
+]
 
 
 @dataclass(frozen=True)
@@ -146,16 +92,6 @@ class Partial:
 
 
 SLIM_COLUMNS = ("t_start_s", "input_tokens", "output_tokens", "ttft_s", "decode_latency_s")
-
-
-def priced_columns(wanted=None) -> tuple[str, ...]:
-    """The ``CALL_COLUMNS`` among ``wanted`` (None: all), in their order, with the two
-    latencies the merge reads always kept: a replay writing ``--calls summary`` prices no
-    per-call FLOPs or bytes (12 of the 23 rows: 96 MB per million calls not made)."""
-    if wanted is None:
-        return CALL_COLUMNS
-    wanted = set(wanted) | set(LATENCY)
-    return tuple(c for c in CALL_COLUMNS if c in wanted)
 
 
 def replay_partition(
@@ -236,68 +172,6 @@ def merge_partials(parts, cfg: ServingConfig, kv_summary=None, arrivals=None) ->
         arrived = arrivals() if arrivals is not None else None
         resident = resident_context(calls, ttft + decode, cfg.decode_batch, arrived, reuse=True)
     return replay_result(calls, cfg, totals, latency_f.result(), resident, kv_summary)
-
-
-@dataclass
-class Totals:
-    """What the partials of a replay add up to (``merge_partials``, streamed replays)."""
-
-    calls: int
-    sums: np.ndarray  # stage × KEYS
-    tokens: dict[str, int]
-    sessions: int
-    over_context: int
-
-
-def replay_result(calls, cfg, totals: Totals, latency, resident, kv_summary) -> ReplayResult:
-    """The stage table, footprint and summary of a replay from its totals, latency quantiles
-    and resident KV peak ``(tokens, sequences)``; ``calls`` is passed through."""
-    sums, tokens, n = totals.sums, totals.tokens, totals.calls
-    stage_totals = {
-        st: {k: float(sums[i, j]) for j, k in enumerate(KEYS)} for i, st in enumerate(STAGES)
-    }
-    t_all = sum(v["time_s"] for v in stage_totals.values())
-    e_all = sum(v["energy_j"] for v in stage_totals.values())
-    out_tokens = float(tokens["output_tokens"])
-    for v in stage_totals.values():
-        v["arithmetic_intensity"] = v["flops"] / v["hbm_bytes"] if v["hbm_bytes"] > 0 else 0.0
-        v["time_share"] = v["time_s"] / t_all if t_all > 0 else 0.0
-        v["energy_share"] = v["energy_j"] / e_all if e_all > 0 else 0.0
-        v["j_per_output_token"] = v["energy_j"] / out_tokens if out_tokens > 0 else 0.0
-    stage_df = pl.DataFrame([{"stage": st, **stage_totals[st]} for st in STAGES])
-    tokens_res, seqs = resident
-    fp = footprint_per_gpu(cfg, tokens_res, sequences=seqs or None)
-    fp_df = pl.DataFrame(fp.as_rows())
-    coef = coefficients(cfg)
-    summary = {
-        "system": cfg.system.name,
-        "model": cfg.model.name,
-        "layout": describe(cfg),
-        "gpus": cfg.gpus,
-        "decode_batch": cfg.decode_batch,
-        "calls": n,
-        "sessions": totals.sessions,
-        "tokens": tokens,
-        "stages": stage_totals,
-        "total_time_s": t_all,
-        "total_energy_j": e_all,
-        "j_per_output_token": e_all / out_tokens if out_tokens > 0 else 0.0,
-        "average_power_w_per_gpu": e_all / (t_all * cfg.gpus) if t_all > 0 else 0.0,
-        "latency_s": latency,
-        "hbm_peak_bytes_per_gpu": fp.total_bytes,
-        "hbm_capacity_bytes_per_gpu": fp.capacity_bytes,
-        "kv_fits_in_hbm": fp.fits,
-        "kv_resident_tokens": tokens_res,
-        "calls_over_max_context": totals.over_context,
-        "kv_resident_sequences": seqs,
-        "footprint": {r["component"]: r["bytes_per_gpu"] for r in fp.as_rows()},
-        "energy_model": ENERGY_MODEL
-        if coef.calibrated
-        else ENERGY_MODEL + " (no TDP published: fallback pJ/FLOP, no static power)",
-    }
-    if kv_summary is not None:
-        summary["kv_tiers"] = kv_summary
-    return ReplayResult(calls, stage_df, fp_df, summary)
 
 
 def replay_trace(trace, cfg: ServingConfig, kv=None) -> ReplayResult:
