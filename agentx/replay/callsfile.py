@@ -53,11 +53,10 @@ def calls_columns(mode: str, available) -> list[str] | None:
     return [c for c in dict.fromkeys(keep) if c in available]
 
 
-def parquet_options(schema, sparse=(), few=None) -> dict:
+def parquet_options(schema, sparse, few) -> dict:
     """ParquetWriter keyword arguments for a calls table of ``schema`` (module docstring);
     ``sparse``: the float columns worth compressing (mostly zeros), ``few``: those with few
-    enough distinct values for a dictionary page (None: every float tries one); both from
-    ``float_shapes``."""
+    enough distinct values for a dictionary page; both from ``float_shapes``."""
     import pyarrow as pa
 
     from agentx.replay.replay import TRACE_COLUMNS
@@ -65,7 +64,7 @@ def parquet_options(schema, sparse=(), few=None) -> dict:
     floats = [f.name for f in schema if pa.types.is_floating(f.type)]
     ints = [f.name for f in schema if pa.types.is_integer(f.type)]
     others = [f.name for f in schema if f.name not in floats and f.name not in ints]
-    dict_floats = floats if few is None else [c for c in floats if c in sparse or c in few]
+    dict_floats = [c for c in floats if c in sparse or c in few]
     return {
         "compression": {
             **{c: "zstd" for c in others},

@@ -85,7 +85,8 @@ def residuals(catalog: Catalog, points: list[Point]) -> np.ndarray:
 
 
 def check_fit(fit) -> tuple[str, ...]:
-    """``fit`` as parameter names; short names (``hbm``, ``request_overhead_s``) accepted."""
+    """``fit`` as parameter names, in catalog order; names without the ``calibrated_`` prefix
+    (``hbm_scale``, ``request_overhead_s``) accepted."""
     from agentx.errors import UsageError, did_you_mean
 
     names = []
