@@ -14,11 +14,12 @@ OURS = "dirty_decay_ms:100,muzzy_decay_ms:0,background_thread:true"
 POLARS = "dirty_decay_ms:500,muzzy_decay_ms:1000"
 
 
-def _conf(inherited: str | None) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+def _after(var: str, inherited: str | None, imports: str = "agentx.cli, polars") -> str:
+    """``var`` as a fresh process sees it after importing ``imports``, given ``inherited``."""
+    env = {k: v for k, v in os.environ.items() if k != var}
     if inherited is not None:
-        env["_RJEM_MALLOC_CONF"] = inherited
-    code = "import os, agentx.cli, polars; print(os.environ['_RJEM_MALLOC_CONF'])"
+        env[var] = inherited
+    code = f"import os, {imports}; print(os.environ[{var!r}])"
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     return res.stdout.strip()
@@ -34,4 +35,11 @@ def _conf(inherited: str | None) -> str:
     ],
 )
 def test_the_cli_frees_polars_pages_soon_unless_told_otherwise(inherited, want):
-    assert _conf(inherited) == want
+    assert _after("_RJEM_MALLOC_CONF", inherited) == want
+
+
+@pytest.mark.parametrize(("inherited", "want"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_importing_agentx_lets_idle_openmp_threads_sleep_unless_told_otherwise(inherited, want):
+    # agentx/__init__.py: numba's OpenMP workers spinning between parallel regions took the
+    # core the writer and polars' reader need (a 10 M-call replay, ~0.7 CPU s)
+    assert _after("OMP_WAIT_POLICY", inherited, "agentx") == want
