@@ -4,6 +4,7 @@ with the same one-line help the imported command gives (timings live in benchmar
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import subprocess
 import sys
@@ -11,6 +12,8 @@ import sys
 import pytest
 
 from agentx.cli import COMMANDS, _short_help
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.parametrize(("name", "module"), COMMANDS)
@@ -29,3 +32,46 @@ def test_top_level_help_imports_no_heavy_library():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
     assert re.search(r"^  replay +Price every call of TRACE", out.stdout, re.M)
+
+
+# agentx/warm.py: a first run (empty numba cache) compiles these in a helper process
+WARMED = ("agentx.replay.kernel._price", "agentx.replay.timeline._peak", "agentx.kv.tiers._place")
+
+
+def test_a_first_replay_finds_the_helpers_kernels_in_the_cache(tmp_path):
+    # the run's own process loads (cache hit) and never compiles (cache miss) what the helper
+    # compiled: the helper's argument types are the run's (a drift would compile them twice)
+    code = (
+        "import sys, gc\n"
+        "from numba.core.registry import CPUDispatcher\n"
+        "from agentx.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "for d in gc.get_objects():\n"
+        "    if isinstance(d, CPUDispatcher) and d.signatures:\n"
+        "        f = d.py_func\n"
+        "        print(f.__module__ + '.' + f.__name__,"
+        " sum(d.stats.cache_hits.values()), sum(d.stats.cache_misses.values()))\n"
+    )
+    sample = "traces/sample/weka-sample.parquet"
+    cmd = [sys.executable, "-c", code, "replay", sample, "--hw", "gb200", "-q", "--json"]
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, check=True)
+    stats = {name: (int(hits), int(misses)) for name, hits, misses in
+             (line.split() for line in out.stdout.splitlines() if line.startswith("agentx."))}  # fmt: skip
+    assert {name: stats.get(name) for name in WARMED} == dict.fromkeys(WARMED, (1, 0))
+    # ... while the kernels it does not warm were compiled in the run (the cache was empty)
+    assert stats["agentx.kv.stack_passes._segment_pass"] == (0, 1)
+
+
+def test_no_helper_starts_where_the_cache_holds_the_pricing_kernel():
+    from agentx import warm
+    from agentx.catalog import load_catalog
+    from agentx.replay import make_config
+    from agentx.replay.pricing import price_calls
+
+    cfg = make_config(load_catalog(), "gb200", "kimi-k2")
+    price_calls(
+        cfg, {c: [1.0, 2.0] for c in ("new_tokens", "reused_prefix_tokens", "output_tokens")}
+    )
+    warm.start(cfg, 2)  # cached now: nothing to compile elsewhere
+    assert warm._helper is None

@@ -199,12 +199,16 @@ def command(
         from agentx.io import prefetch_fingerprint
 
         prefetch_fingerprint(trace)
-    streamed = load_scale == 1.0 and over_context == "warn" and interactivity is None
-    if streamed:  # a trace too large for memory replays out of core (same results)
-        from agentx.replay.outofcore import OUT_OF_CORE_ROWS
-        from agentx.traces.partitions import trace_rows
+    from agentx import warm
+    from agentx.replay.outofcore import OUT_OF_CORE_ROWS
+    from agentx.traces.partitions import trace_rows
 
-        streamed = (trace_rows(trace) or 0) > OUT_OF_CORE_ROWS
+    rows = trace_rows(trace) or 0
+    # a first run compiles pricing on the other core while this one reads and places KV
+    warm.start(cfg, min(rows, chunk_rows))
+    # a trace too large for memory replays out of core (same results)
+    streamed = load_scale == 1.0 and over_context == "warn" and interactivity is None
+    streamed = streamed and rows > OUT_OF_CORE_ROWS
     tr = kv = operating_point = arrived = None
     if not streamed:
         tr, kv, cfg, operating_point, context, arrived = _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases, max_block_refs)  # fmt: skip

@@ -74,7 +74,10 @@ def price_calls(
     reused prefix to the filled tokens (a call whose whole prefix is lost becomes a prefill);
     kv_transfer_time_s and kv_transfer_energy_j (reloads from DRAM/SSD) join the call's fill.
     """
+    from agentx import warm
     from agentx.replay.kernel import params, price
+
+    warm.settle()  # a helper compiling these kernels (a first run) has put them in the cache
 
     n = np.ascontiguousarray(_col(calls, "new_tokens"))
     p = np.ascontiguousarray(_col(calls, "reused_prefix_tokens"))

@@ -1,0 +1,99 @@
+"""Compile a replay's last kernels on the idle core while its first run compiles the others.
+
+On a fresh install numba compiles every kernel a command reaches, one after the other, in the
+command's own thread: ``agentx replay`` of the bundled sample spent ~4.5 s of its ~6 s
+compiling, with the second core idle. The kernels it reaches last are the KV outcome's
+placement (``kv.tiers._place``), pricing (``replay.kernel``, the largest: ~2 s) and the HBM
+peak's sweep (``replay.timeline._peak``). ``start`` launches a helper process that compiles
+those three, for the argument types the run will give them, into numba's cache (the files a
+run writes itself) while the run reads the trace and compiles the KV stack's kernels;
+``settle``, called before the first of them runs, waits for the helper, and numba then loads
+them from the cache (tests/test_startup.py). Only where the cache has no pricing kernel yet;
+a helper that fails changes nothing but the time: the run compiles them itself, as before.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import subprocess
+import sys
+
+SETTLE_S = 120  # a helper still compiling after this is stopped: the run compiles in place
+
+_helper: subprocess.Popen | None = None
+
+
+def start(cfg, calls: int) -> None:
+    """Compile the kernels for ``cfg`` (the pricing variant a partition of ``calls`` rows
+    takes) in a helper process, unless numba's cache has them or a helper is running."""
+    global _helper
+    from agentx.replay.kernel import PARALLEL_FROM_CALLS, _price_parallel, _price_serial, params
+
+    parallel = calls >= PARALLEL_FROM_CALLS
+    if _helper is not None or _cached(_price_parallel if parallel else _price_serial):
+        return
+    payload = pickle.dumps((*params(cfg), parallel))
+    try:
+        _helper = subprocess.Popen(
+            [sys.executable, "-m", "agentx.warm"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        _helper.stdin.write(payload)
+        _helper.stdin.close()
+        atexit.register(_stop)  # a run that ends first (an error) takes its helper along
+    except OSError:  # no process to spare (or it died at once): compile in place, as before
+        _stop()
+
+
+def settle() -> None:
+    """Wait for the helper ``start`` launched, if any: its kernels are then in the cache."""
+    global _helper
+    helper, _helper = _helper, None
+    if helper is not None:
+        try:
+            helper.wait(SETTLE_S)
+        except subprocess.TimeoutExpired:
+            helper.kill()
+
+
+def _stop() -> None:
+    global _helper
+    helper, _helper = _helper, None
+    if helper is not None:
+        helper.kill()
+
+
+def _cached(dispatcher) -> bool:
+    """Whether numba's cache holds kernels of ``dispatcher``'s function (its index file)."""
+    try:
+        return os.path.exists(dispatcher._cache._cache_file._index_path)
+    except AttributeError:  # another numba's internals: assume it is (start nothing)
+        return True
+
+
+def _compile(q, dtab, exp_tok, parallel: bool) -> None:
+    """Compile (not run) the three kernels for the argument types a replay gives them:
+    ``q, dtab, exp_tok`` are ``replay.kernel.params`` of its configuration."""
+    import numba
+    import numpy as np
+
+    from agentx.kv.tiers import _place
+    from agentx.replay.kernel import N_ROWS, _price_parallel, _price_serial
+    from agentx.replay.timeline import _peak
+
+    f, i = np.zeros(1), np.zeros(1, np.int64)
+    price = _price_parallel if parallel else _price_serial
+    for fn, args in (  # in the order a run reaches them
+        (_place, (i, *[f] * 8, *[1.0] * 7, *[i] * 4, *[f] * 6)),
+        (price, (q, dtab, exp_tok, f, f, f, f, f, np.empty((N_ROWS, 1)), i)),
+        (_peak, (f, f, f, f, 1.0)),
+    ):
+        fn.compile(tuple(numba.typeof(a) for a in args))
+
+
+if __name__ == "__main__":
+    _compile(*pickle.load(sys.stdin.buffer))
