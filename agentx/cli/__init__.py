@@ -229,4 +229,11 @@ def main(argv: list[str] | None = None) -> None:
     # them) then costs ~7 % of a 3 s command (perf: gc_collect_main). Cycles are still
     # collected, just in larger steps.
     gc.set_threshold(100_000, 50, 100)
-    cli.main(args=argv, prog_name="agentx")
+    try:
+        cli.main(args=argv, prog_name="agentx")
+    finally:
+        if argv is None:  # the process's own command (not a caller's): the process ends next
+            # and the interpreter's last full collection would walk those objects again,
+            # finding no garbage among modules that live to the end (10 M-call replay: its
+            # shutdown 0.09-0.11 s instead of 0.21-0.44 s, three alternating runs each)
+            gc.freeze()
