@@ -36,8 +36,10 @@ def start(cfg, calls: int) -> None:
         return
     payload = pickle.dumps((*params(cfg), parallel))
     try:
+        # -P: the run's working folder is not put on the helper's sys.path (a types.py or
+        # numba.py there would break its imports)
         _helper = subprocess.Popen(
-            [sys.executable, "-m", "agentx.warm"],
+            [sys.executable, "-P", "-m", "agentx.warm"],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

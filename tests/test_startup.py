@@ -52,10 +52,14 @@ def test_a_first_replay_finds_the_helpers_kernels_in_the_cache(tmp_path):
         "        print(f.__module__ + '.' + f.__name__,"
         " sum(d.stats.cache_hits.values()), sum(d.stats.cache_misses.values()))\n"
     )
-    sample = "traces/sample/weka-sample.parquet"
-    cmd = [sys.executable, "-c", code, "replay", sample, "--hw", "gb200", "-q", "--json"]
+    sample = os.path.join(REPO, "traces", "sample", "weka-sample.parquet")
+    # run from a folder whose numba.py would break an import: the helper must not see it
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "numba.py").write_text("raise ImportError('a numba.py in the working folder')\n")
+    cmd = [sys.executable, "-P", "-c", code, "replay", sample, "--hw", "gb200", "-q", "--json"]
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, check=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=work, check=True)
     stats = {name: (int(hits), int(misses)) for name, hits, misses in
              (line.split() for line in out.stdout.splitlines() if line.startswith("agentx."))}  # fmt: skip
     assert {name: stats.get(name) for name in WARMED} == dict.fromkeys(WARMED, (1, 0))
