@@ -29,12 +29,11 @@ def start(cfg, calls: int) -> None:
     """Compile the kernels for ``cfg`` (the pricing variant a partition of ``calls`` rows
     takes) in a helper process, unless numba's cache has them or a helper is running."""
     global _helper
-    from agentx.replay.kernel import PARALLEL_FROM_CALLS, _price_parallel, _price_serial, params
+    from agentx.replay.kernel import kernel_for, params
 
-    parallel = calls >= PARALLEL_FROM_CALLS
-    if _helper is not None or _cached(_price_parallel if parallel else _price_serial):
+    if _helper is not None or _cached(kernel_for(calls)):
         return
-    payload = pickle.dumps((*params(cfg), parallel))
+    payload = pickle.dumps((*params(cfg), calls))
     try:
         # -P: the run's working folder is not put on the helper's sys.path (a types.py or
         # numba.py there would break its imports)
@@ -77,18 +76,19 @@ def _cached(dispatcher) -> bool:
         return True
 
 
-def _compile(q, dtab, exp_tok, parallel: bool) -> None:
+def _compile(q, dtab, exp_tok, calls: int) -> None:
     """Compile (not run) the three kernels for the argument types a replay gives them:
-    ``q, dtab, exp_tok`` are ``replay.kernel.params`` of its configuration."""
+    ``q, dtab, exp_tok`` are ``replay.kernel.params`` of its configuration, ``calls`` the
+    rows of its partitions."""
     import numba
     import numpy as np
 
     from agentx.kv.tiers import _place
-    from agentx.replay.kernel import N_ROWS, _price_parallel, _price_serial
+    from agentx.replay.kernel import N_ROWS, kernel_for
     from agentx.replay.timeline import _peak
 
     f, i = np.zeros(1), np.zeros(1, np.int64)
-    price = _price_parallel if parallel else _price_serial
+    price = kernel_for(calls)
     for fn, args in (  # in the order a run reaches them
         (_place, (i, *[f] * 8, *[1.0] * 7, *[i] * 4, *[f] * 6)),
         (price, (q, dtab, exp_tok, f, f, f, f, f, np.empty((N_ROWS, 1)), i)),

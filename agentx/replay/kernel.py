@@ -24,7 +24,17 @@ import numpy as np
 from agentx.replay.kernel_params import params
 from agentx.replay.stages import KEYS
 
-__all__ = ["BLOCKS", "N_KEYS", "N_ROWS", "PARALLEL_FROM_CALLS", "TILE", "Params", "params", "price"]
+__all__ = [
+    "BLOCKS",
+    "N_KEYS",
+    "N_ROWS",
+    "PARALLEL_FROM_CALLS",
+    "TILE",
+    "Params",
+    "kernel_for",
+    "params",
+    "price",
+]
 
 BLOCKS = 256
 TILE = 256  # calls per tile: 23 rows × 256 × 8 B = 47 KB, inside L2
@@ -246,10 +256,15 @@ _price_parallel = numba.njit(cache=True, parallel=True, error_model="numpy")(_pr
 PARALLEL_FROM_CALLS = 200_000  # below this, thread start-up and barriers cost more than they save
 
 
+def kernel_for(calls: int):
+    """The compiled pricing kernel a partition of ``calls`` rows runs on."""
+    return _price_parallel if calls >= PARALLEL_FROM_CALLS else _price_serial
+
+
 def price(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e, keep=None):
     """(columns (rows ``keep`` of the N_ROWS, default all, × calls), per-block stage sums
     (BLOCKS × 4 × len(KEYS)), which cover every row whatever ``keep``)."""
-    fn = _price_parallel if new.size >= PARALLEL_FROM_CALLS else _price_serial
+    fn = kernel_for(new.size)
     keep = np.arange(N_ROWS) if keep is None else np.asarray(keep, np.int64)
     # numpy asks for huge pages; faulting in 1.8 GB (10 M calls) by 4 KB pages cost more than pricing
     cols = np.empty((keep.size, new.size))
