@@ -100,21 +100,16 @@ def one_run(trace: str, calls_mode: str) -> dict:
 def _write_alone(tr, cfg, cols, path) -> float:
     """CPU seconds of writing calls.parquet alone: each partition priced untimed, then its
     ids decoded, converted to Arrow and encoded in this thread (as the writer thread does)."""
-    import pyarrow.parquet as pq
-
-    from agentx.replay.callsfile import float_shapes, parquet_options
+    from agentx.replay.callsfile import arrow_table, open_writer, sparse_floats
     from agentx.replay.chunks import replay_chunks
 
     spent, writer = 0.0, None
     for p in replay_chunks(tr.calls, cfg):
         frame = p.calls.select(cols) if cols else p.calls
         c = time.thread_time()
-        frame = frame.with_columns(tr.session_names.gather(frame["session_id"]).alias("session_id"))
-        table = frame.to_arrow()
+        table = arrow_table(frame, tr.session_names)
         if writer is None:
-            writer = pq.ParquetWriter(
-                path, table.schema, **parquet_options(table.schema, *float_shapes(frame))
-            )
+            writer = open_writer(path, table, sparse_floats(frame))
         writer.write_table(table, row_group_size=table.num_rows)
         spent += time.thread_time() - c
     writer.close()

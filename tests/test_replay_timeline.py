@@ -63,41 +63,64 @@ def test_calls_writer_raises_a_failed_write_and_leaves_no_file(tmp_path):
 
 
 def test_calls_writer_codecs_per_column_kind(tmp_path):
-    """Integers delta-encoded then lz4, strings zstd, dense floats plain and uncompressed with
-    no dictionary, a float with few values dictionary-encoded, mostly-zero floats lz4 (chosen
+    """Integers delta-encoded then lz4, strings dictionary and zstd, floats plain with no
+    dictionary: uncompressed where dense or few-valued, lz4 where at least 90 % zeros (chosen
     on the first frame and kept); priced floats carry no statistics, trace columns and
-    integers do; values round-trip."""
+    integers do; the metadata is the file's, no Arrow schema is stored; values round-trip."""
     import pyarrow.parquet as pq
 
-    from agentx.replay.callsfile import DICTIONARY_PAGE_BYTES, CallsWriter
+    from agentx.replay.callsfile import CallsWriter
 
-    n = DICTIONARY_PAGE_BYTES // 8 + 2000  # more distinct values than a dictionary page holds
+    n = 10_000
     frame = pl.DataFrame(
         {
             "input_tokens": np.arange(n),
             "ttft_s": np.linspace(0.1, 9.0, n),  # dense
-            "prefill_time_s": np.where(np.arange(n) % 10 == 0, 1.5, 0.0),  # mostly zeros
+            "prefill_time_s": np.where(np.arange(n) % 10 == 0, 1.5, 0.0),  # 90 % zeros
             "agent_id": ["main", "sub"] * (n // 2),
             "decode_experts_time_s": np.arange(n) % 7 * 0.25,  # few distinct values
             "t_start_s": np.linspace(0.0, 1.0, n),  # a trace column
+            "kv_dram_to_hbm_bytes": np.where(np.arange(n) % 10 < 8, 0.0, 4096.0),  # 80 % zeros
         }
     )
-    with CallsWriter(tmp_path / "c.parquet") as w:
+    with CallsWriter(tmp_path / "c.parquet", {"agentx.table": "calls"}) as w:
         w.write(frame)
         w.write(frame.with_columns(prefill_time_s=pl.lit(2.0)))  # codecs stay the first's
-    md = pq.ParquetFile(tmp_path / "c.parquet").metadata
+    f = pq.ParquetFile(tmp_path / "c.parquet")
+    md = f.metadata
+    assert md.metadata == {b"agentx.table": b"calls"}
     lz4 = ("LZ4_RAW", "LZ4")
     for g in range(md.num_row_groups):
-        col = [md.row_group(g).column(j) for j in range(6)]
+        col = [md.row_group(g).column(j) for j in range(7)]
         assert col[0].compression in lz4 and "DELTA_BINARY_PACKED" in col[0].encodings
-        assert col[1].compression == "UNCOMPRESSED"
-        assert not any("DICTIONARY" in e for e in col[1].encodings)
         assert col[2].compression in lz4
-        assert col[3].compression == "ZSTD"
-        assert "RLE_DICTIONARY" in col[4].encodings
-        assert [c.is_stats_set for c in col] == [True, False, False, True, False, True]
+        assert col[3].compression == "ZSTD" and "RLE_DICTIONARY" in col[3].encodings
+        for c in (col[1], col[4], col[6]):
+            assert c.compression == "UNCOMPRESSED"
+        for c in (col[1], col[2], col[4], col[5], col[6]):
+            assert not any("DICTIONARY" in e for e in c.encodings)
+        assert [c.is_stats_set for c in col] == [True, False, False, True, False, True, False]
     back = pl.read_parquet(tmp_path / "c.parquet")
     assert back.equals(pl.concat([frame, frame.with_columns(prefill_time_s=pl.lit(2.0))]))
+
+
+def test_session_ids_one_dictionary_entry_per_session():
+    """Integer session codes leave as a dictionary of the partition's sessions, in order
+    (a code seen again after another falls back to the gathered strings); either way the
+    values are the ids."""
+    import pyarrow as pa
+
+    from agentx.replay.callsfile import session_ids
+
+    names = pl.Series(["s-a", "s-b", "s-c", "s-d"])
+    ids = session_ids(np.array([2, 2, 0, 0, 0, 3], np.uint32), names)
+    assert pa.types.is_dictionary(ids.type)
+    assert ids.dictionary.to_pylist() == ["s-c", "s-a", "s-d"]
+    assert ids.indices.to_pylist() == [0, 0, 1, 1, 1, 2]
+    back = session_ids(np.array([1, 0, 1], np.uint32), names)
+    assert not pa.types.is_dictionary(back.type)
+    assert back.to_pylist() == ["s-b", "s-a", "s-b"]
+    assert session_ids(np.zeros(0, np.uint32), names).to_pylist() == []
 
 
 def _partials(n: int, rows: int = 3):

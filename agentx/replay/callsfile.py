@@ -2,16 +2,17 @@
 
 ``CallsWriter`` encodes and writes row groups in a background thread (pyarrow releases the
 GIL while it encodes and compresses), so the next partition is priced while the last one is
-written; at most ``depth`` partitions are handed over and not yet written. Codec choice (measured,
+written; at most ``depth`` partitions are handed over and not yet written. The writer thread
+is the slower of the two, so codecs are chosen for its time first, then for size (measured,
 docs/metrics.md "Which columns calls.parquet keeps"): integer columns delta-encoded
 (DELTA_BINARY_PACKED, then lz4: a third of zstd's time on token counts, at about the same
-size); string columns zstd level 1; float columns uncompressed (float mantissas hardly
-compress and compressing them costs the most time) except those mostly zeros in the first
-row group (lz4); dictionary pages capped at 64 KiB; a float column tries a dictionary only
-where the first row group's head shows it can fit one (few distinct values, or mostly zeros):
-a dense column would hash 8,192 values per row group before giving up. Priced float columns
-carry no min/max statistics: every row group of a session-ordered table spans their whole
-range, so a reader could skip none on them; trace columns and integers keep theirs.
+size); string columns dictionary-encoded, zstd level 1, session ids handed over as an Arrow
+dictionary of the partition's sessions (no string gathered or hashed per row); float columns
+plain and uncompressed (their mantissas hardly compress, and a dictionary or lz4 costs 2-3x
+the time of a plain page) except those at least 90 % zeros in the first row group (lz4:
+faster than plain there, and a fortieth of the size). Priced float columns carry no min/max
+statistics: every row group of a session-ordered table spans their whole range, so a reader
+could skip none on them; trace columns and integers keep theirs.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import queue
 import threading
 
+import numpy as np
 import polars as pl
 
 from agentx.errors import UsageError
@@ -26,7 +28,7 @@ from agentx.errors import UsageError
 CALLS_MODES = ("summary", "full", "none")
 DEFAULT_CALLS = "summary"
 DICTIONARY_PAGE_BYTES = 1 << 16
-DICTIONARY_PROBE_ROWS = 1 << 16  # head of the first frame that decides a float's dictionary
+SPARSE_ZERO_SHARE = 0.9  # a float column at least this share zeros is lz4-compressed
 
 
 def calls_columns(mode: str, available) -> list[str] | None:
@@ -53,10 +55,9 @@ def calls_columns(mode: str, available) -> list[str] | None:
     return [c for c in dict.fromkeys(keep) if c in available]
 
 
-def parquet_options(schema, sparse, few) -> dict:
+def parquet_options(schema, sparse) -> dict:
     """ParquetWriter keyword arguments for a calls table of ``schema`` (module docstring);
-    ``sparse``: the float columns worth compressing (mostly zeros), ``few``: those with few
-    enough distinct values for a dictionary page; both from ``float_shapes``."""
+    ``sparse``: the float columns worth compressing (mostly zeros: ``sparse_floats``)."""
     import pyarrow as pa
 
     from agentx.replay.replay import TRACE_COLUMNS
@@ -64,7 +65,6 @@ def parquet_options(schema, sparse, few) -> dict:
     floats = [f.name for f in schema if pa.types.is_floating(f.type)]
     ints = [f.name for f in schema if pa.types.is_integer(f.type)]
     others = [f.name for f in schema if f.name not in floats and f.name not in ints]
-    dict_floats = [c for c in floats if c in sparse or c in few]
     return {
         "compression": {
             **{c: "zstd" for c in others},
@@ -72,10 +72,13 @@ def parquet_options(schema, sparse, few) -> dict:
             **{c: "lz4" if c in sparse else "none" for c in floats},
         },
         "compression_level": {c: 1 for c in others},
-        "use_dictionary": others + dict_floats,
+        "use_dictionary": others,
         "column_encoding": dict.fromkeys(ints, "DELTA_BINARY_PACKED"),
         "dictionary_pagesize_limit": DICTIONARY_PAGE_BYTES,
         "write_statistics": [c for c in schema.names if c not in floats or c in TRACE_COLUMNS],
+        # the Arrow schema would name session_id a dictionary (readers would make it one);
+        # the file's own metadata is added at close (CallsWriter)
+        "store_schema": False,
     }
 
 
@@ -91,22 +94,51 @@ def required(schema):
     return pa.schema([f.with_nullable(f.name in nullable) for f in schema])
 
 
-def float_shapes(frame: pl.DataFrame) -> tuple[set[str], set[str]]:
-    """Float columns of ``frame`` that are mostly (over half) zeros (fill times of a trace
-    that is mostly midfills, reload traffic; dense float columns hardly compress), and those
-    whose head (``DICTIONARY_PROBE_ROWS``) has few enough distinct values to fit a dictionary
-    page (decode-expert times, which take a value per output length)."""
+def sparse_floats(frame: pl.DataFrame) -> set[str]:
+    """Float columns of ``frame`` at least ``SPARSE_ZERO_SHARE`` zeros (fill times of a trace
+    that is mostly midfills, reload traffic of a trace that mostly hits HBM): lz4 writes
+    them faster than a plain page, at a fortieth of its size."""
     floats = [c for c, t in frame.schema.items() if t.is_float()]
     if not floats or frame.height == 0:
-        return set(), set()
+        return set()
     zeros = frame.select((pl.col(c) == 0).mean() for c in floats).row(0)
-    head = frame.head(DICTIONARY_PROBE_ROWS)
-    distinct = head.select(pl.col(c).n_unique() for c in floats).row(0)
-    fits = DICTIONARY_PAGE_BYTES // 8
-    return (
-        {c for c, z in zip(floats, zeros, strict=True) if z > 0.5},
-        {c for c, n in zip(floats, distinct, strict=True) if n <= fits},
-    )
+    return {c for c, z in zip(floats, zeros, strict=True) if z >= SPARSE_ZERO_SHARE}
+
+
+def session_ids(codes: np.ndarray, names: pl.Series):
+    """The ids of integer session ``codes`` (``names[code]``) as an Arrow dictionary array
+    with one entry per run of equal codes: a partition holds whole sessions, so its runs are
+    its sessions and nothing is gathered or hashed per row. Codes that come back after
+    another (not session-ordered) are gathered as strings instead."""
+    import pyarrow as pa
+
+    codes = np.asarray(codes)
+    head = np.ones(codes.size, bool)
+    np.not_equal(codes[1:], codes[:-1], out=head[1:])
+    firsts = codes[head]
+    if np.unique(firsts).size != firsts.size:
+        return names.gather(codes).to_arrow()
+    index = np.cumsum(head, dtype=np.int32) - 1
+    return pa.DictionaryArray.from_arrays(index, names.gather(firsts).to_arrow())
+
+
+def arrow_table(frame: pl.DataFrame, session_names=None):
+    """``frame`` as the Arrow table ``CallsWriter`` writes: ``session_id`` codes (with
+    ``session_names``) become ``session_ids``."""
+    if session_names is None or "session_id" not in frame.columns:
+        return frame.to_arrow()
+    ids = session_ids(frame.get_column("session_id").to_numpy(), session_names)
+    table = frame.to_arrow()
+    return table.set_column(frame.columns.index("session_id"), "session_id", ids)
+
+
+def open_writer(path, table, sparse):
+    """A ParquetWriter for tables like ``table`` (the first; ``sparse``: ``sparse_floats`` of
+    its frame, so the codecs are deterministic for equal input)."""
+    import pyarrow.parquet as pq
+
+    schema = required(table.schema)
+    return pq.ParquetWriter(path, schema, **parquet_options(schema, sparse))
 
 
 class CallsWriter:
@@ -115,10 +147,11 @@ class CallsWriter:
     ``write(frame)`` hands a frame over and blocks while ``depth`` earlier frames are not yet
     written (so with depth 1 one partition is written while the next is priced, and no more
     are held); ``close()`` waits for the writes and closes the file; an error in the thread
-    is raised by the next ``write`` or by ``close``. The schema is the first frame's (with
-    ``metadata``); later frames are cast to it. Use as a context manager: leaving on an error
+    is raised by the next ``write`` or by ``close``. The schema is the first frame's; later
+    frames are cast to it; ``metadata`` is the file's key-value metadata. Use as a context manager: leaving on an error
     abandons the rest. ``session_names``: a ``session_id`` column of integer codes is written
-    as ``session_names[code]`` (``Trace.session_names`` of ``read_trace_columns``).
+    as ``session_names[code]`` (``Trace.session_names`` of ``read_trace_columns``;
+    ``session_ids``).
     Reused by every driver that streams a calls table (docs/metrics.md).
     """
 
@@ -130,7 +163,7 @@ class CallsWriter:
         self._slots = threading.Semaphore(depth)  # frames handed over and not yet written
         self._error: BaseException | None = None
         self._writer = None
-        self._floats = None  # (sparse, few) float columns of the first frame: float_shapes
+        self._sparse = None  # sparse_floats of the first frame
         self._thread = threading.Thread(target=self._run, name="calls-writer", daemon=True)
         self._thread.start()
 
@@ -146,6 +179,8 @@ class CallsWriter:
                 self._slots.release()
         try:
             if self._writer is not None:
+                if self._meta:  # not in the schema: its Arrow form is not stored (parquet_options)
+                    self._writer.add_key_value_metadata(self._meta)
                 self._writer.close()
         except BaseException as err:  # noqa: BLE001
             self._error = self._error or err
@@ -154,24 +189,15 @@ class CallsWriter:
         """The frame as the Arrow table to write, and the first frame's codec choice: made in
         the caller's thread, which would otherwise wait for the writer (the writer thread is
         the slower one: it only encodes)."""
-        if self._names is not None and "session_id" in frame.columns:
-            # integer session codes (read_trace_columns) are written as the ids
-            ids = self._names.gather(frame.get_column("session_id"))
-            frame = frame.with_columns(ids.alias("session_id"))
-        first = self._floats is None
+        first = self._sparse is None
         if first:  # codecs from the first frame (deterministic for equal input)
-            self._floats = float_shapes(frame)
-        return frame.to_arrow(), first
+            self._sparse = sparse_floats(frame)
+        return arrow_table(frame, self._names), first
 
     def _append(self, item) -> None:
-        import pyarrow.parquet as pq
-
         table, first = item
         if first:
-            meta = {k.encode(): v.encode() for k, v in self._meta.items()}
-            schema = required(table.schema).with_metadata(meta)
-            opts = parquet_options(schema, *self._floats)
-            self._writer = pq.ParquetWriter(self._path, schema, **opts)
+            self._writer = open_writer(self._path, table, self._sparse)
         if not table.schema.equals(self._writer.schema, check_metadata=False):
             table = table.cast(self._writer.schema)
         self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
