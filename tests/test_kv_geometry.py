@@ -89,6 +89,26 @@ def test_geometry_equals_the_polars_ranks_on_any_frame(df, bs, share, max_refs):
         assert isinstance(old, str) and old.split()[1] in str(e)
 
 
+@settings(max_examples=100, deadline=None)
+@given(loose_frames(), st.integers(1, 5), st.sampled_from([1, 64, 100]), st.booleans())
+def test_geometry_is_the_same_counted_and_tie_checked_in_slices(df, step, bs, hashes):
+    """``ref_count`` and the time sort's tie check take a slice of calls at a time
+    (``COUNT_ROWS``, ``TIE_STEP``): any slice size gives the whole trace's answer."""
+    import agentx.kv.budget as budget
+    import agentx.kv.geometry as geo
+
+    saved = budget.COUNT_ROWS, geo.TIE_STEP
+    budget.COUNT_ROWS = geo.TIE_STEP = step
+    try:
+        n_in, reused = (
+            df[c].to_numpy().astype(np.int64) for c in ("input_tokens", "reused_prefix_tokens")
+        )
+        assert ref_count(n_in, reused, bs, hashes) == old_ref_count(n_in, reused, bs, hashes)
+        assert_same(Trace(df, {}), bs)
+    finally:
+        budget.COUNT_ROWS, geo.TIE_STEP = saved
+
+
 @settings(max_examples=60, deadline=None)
 @given(trace_objects(max_sessions=6, max_calls_per_session=10, with_hashes=True), st.booleans(),
        st.sampled_from(["session", "global"]))  # fmt: skip

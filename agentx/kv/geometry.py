@@ -37,11 +37,17 @@ MAX_REFS = 300_000_000
 class CallKeys:
     """Per trace row: dense ranks as polars ranks the strings (lexicographic), 0-based."""
 
-    session: np.ndarray  # int32: rank of session_id
+    run: np.ndarray  # int32: the row's run of equal (session_id, agent_id), in row order
+    run_session: np.ndarray  # int64 per run: rank of its session_id
     chain: np.ndarray  # int32: rank of (session_id, agent_id or "", compaction epoch)
     agent_of_chain: np.ndarray  # int64 per chain: rank of its (session_id, agent_id)
     agent_spt_tokens: np.ndarray  # int64 per agent: smallest shared_prefix_tokens of the agent
     session_of_agent: np.ndarray  # int64 per agent
+
+    def session_of(self, rows: np.ndarray) -> np.ndarray:
+        """The rank of session_id of trace ``rows`` (no per-row column is kept: only the few
+        tied rows of the time sort ask)."""
+        return self.run_session[self.run[rows]]
 
     @property
     def n_sessions(self) -> int:
@@ -126,7 +132,7 @@ def geometry(
         n_in, reused = _ints(df["input_tokens"]), _ints(df["reused_prefix_tokens"])
         bs, note = fit_block_size(n_in, reused, bs, use_hashes, max_refs)
         keys = call_keys(df, use_hashes)
-        row = time_order(t, keys.session, df["call_index"], by_time.result())
+        row = time_order(t, keys.session_of, df["call_index"], by_time.result())
     scope = trace.hash_scope if use_hashes else "none"
     spt_c = _chain_spt(keys, bs, share_prefix and scope != "global")
     groups = np.unique(spt_c)
@@ -151,7 +157,7 @@ def batch_geometry(
     united). Returns the geometry (calls in time order) and the frame's keys."""
     keys = call_keys(calls, False)
     n_in, reused = _ints(calls["input_tokens"]), _ints(calls["reused_prefix_tokens"])
-    row = time_order(calls["t_start_s"].to_numpy(), keys.session, calls["call_index"])
+    row = time_order(calls["t_start_s"].to_numpy(), keys.session_of, calls["call_index"])
     spt_c = _chain_spt(keys, block_size_tokens, share_prefix)
     groups = np.asarray(shared_groups, np.int64)
     g = _geometry(
@@ -209,7 +215,8 @@ def call_keys(df: pl.DataFrame, use_hashes: bool) -> CallKeys:
         pl.col("session_id").rank("dense").cast(pl.Int64) - 1,
         pl.struct("session_id", "agent_id").rank("dense").cast(pl.Int64).alias("a") - 1,
     )
-    run = np.cumsum(head, dtype=np.int32 if n < 2**31 else np.int64) - 1
+    run = np.cumsum(head, dtype=np.int32 if n < 2**31 else np.int64)
+    run -= 1
     h_session, h_agent = ranks["session_id"].to_numpy(), ranks["a"].to_numpy()
     n_agent = int(h_agent.max()) + 1 if n else 0
     session_of_agent = np.zeros(n_agent, np.int64)
@@ -221,30 +228,48 @@ def call_keys(df: pl.DataFrame, use_hashes: bool) -> CallKeys:
     if use_hashes and n_agent:  # a session's agents have consecutive ids
         starts = np.flatnonzero(np.diff(session_of_agent, prepend=-1))
         amin = np.minimum.reduceat(amin, starts)[session_of_agent]
-    return CallKeys(h_session.astype(np.int32)[run], chain, agent_of_chain, amin, session_of_agent)
+    return CallKeys(run, h_session, chain, agent_of_chain, amin, session_of_agent)
 
 
-def time_order(t: np.ndarray, session: np.ndarray, call_index: pl.Series, row=None) -> np.ndarray:
+def time_order(t: np.ndarray, session_of, call_index: pl.Series, row=None) -> np.ndarray:
     """Rows by (t, session, call_index), equal keys in row order (a stable multi-key sort):
     one float sort, then only the rows whose time another row shares are sorted again.
-    ``row``: ``np.argsort(t)`` when already made (it is re-sorted in place)."""
+    ``session_of(rows)``: the rows' session ranks; ``row``: ``np.argsort(t)`` when already
+    made (it is re-sorted in place)."""
     row = np.argsort(t) if row is None else row  # not stable: every tie is re-sorted below
-    resort_ties(row, t[row], lambda r: (call_index.gather(r).to_numpy(), session[r]))
+    # which sorted neighbours tie, a slice at a time (the sorted times are never whole)
+    eq = np.empty(max(t.size - 1, 0), bool)
+    for a in range(0, eq.size, TIE_STEP):
+        ts = t[row[a : a + TIE_STEP + 1]]
+        np.equal(ts[1:], ts[:-1], out=eq[a : a + TIE_STEP])
+    _resort(row, eq, lambda r: (call_index.gather(r).to_numpy(), session_of(r)))
     return row.astype(np.int32) if t.size < 2**31 else row
+
+
+TIE_STEP = 1 << 16
 
 
 def resort_ties(order: np.ndarray, ts: np.ndarray, keys=lambda r: ()) -> None:
     """Put each run of equal sorted values ``ts`` of ``order`` back in order of ``keys(rows)``
     (np.lexsort's order: last key most significant), then of row, in place: with one fast
     unstable sort before it, a stable multi-key sort at a third of the cost."""
-    eq = ts[1:] == ts[:-1]
+    _resort(order, ts[1:] == ts[:-1], keys)
+
+
+def _resort(order: np.ndarray, eq: np.ndarray, keys) -> None:
+    """``resort_ties`` given ``eq`` (sorted value i+1 equals value i). Only the tied rows get
+    arrays of their own: a whole-length one would be pages touched once."""
     if not eq.any():
         return
-    member = np.zeros(ts.size, bool)
+    member = np.zeros(eq.size + 1, bool)
     member[1:] = eq
     member[:-1] |= eq
     pos = np.flatnonzero(member)
-    group = np.cumsum(np.concatenate(([True], ~eq)))[pos]
+    # a tied row opens its group unless it equals the row before it
+    opens = np.ones(pos.size, bool)
+    inner = pos > 0
+    opens[inner] = ~eq[pos[inner] - 1]
+    group = np.cumsum(opens)
     r = order[pos]
     order[pos] = r[np.lexsort((r, *keys(r), group))]
 
