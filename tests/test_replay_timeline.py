@@ -63,24 +63,25 @@ def test_calls_writer_raises_a_failed_write_and_leaves_no_file(tmp_path):
 
 
 def test_calls_writer_codecs_per_column_kind(tmp_path):
-    """Integers delta-encoded then lz4, strings dictionary and zstd, floats plain with no
-    dictionary: uncompressed where dense or few-valued, lz4 where at least 90 % zeros (chosen
-    on the first frame and kept); priced floats carry no statistics, trace columns and
-    integers do; the metadata is the file's, no Arrow schema is stored; values round-trip."""
+    """Integers delta-encoded then lz4, strings dictionary and zstd; floats: plain and lz4
+    where over half zeros (no dictionary), dictionary and lz4 where few-valued, else plain and
+    uncompressed (chosen on the first frame and kept); priced floats carry no statistics,
+    trace columns and integers do; the metadata is the file's, no Arrow schema is stored;
+    values round-trip."""
     import pyarrow.parquet as pq
 
-    from agentx.replay.callsfile import CallsWriter
+    from agentx.replay.callsfile import DICTIONARY_PAGE_BYTES, CallsWriter
 
-    n = 10_000
+    n = DICTIONARY_PAGE_BYTES // 8 + 2000  # more distinct values than a dictionary page holds
     frame = pl.DataFrame(
         {
             "input_tokens": np.arange(n),
             "ttft_s": np.linspace(0.1, 9.0, n),  # dense
-            "prefill_time_s": np.where(np.arange(n) % 10 == 0, 1.5, 0.0),  # 90 % zeros
+            "prefill_time_s": np.where(np.arange(n) % 10 == 0, 1.5, 0.0),  # mostly zeros
             "agent_id": ["main", "sub"] * (n // 2),
             "decode_experts_time_s": np.arange(n) % 7 * 0.25,  # few distinct values
             "t_start_s": np.linspace(0.0, 1.0, n),  # a trace column
-            "kv_dram_to_hbm_bytes": np.where(np.arange(n) % 10 < 8, 0.0, 4096.0),  # 80 % zeros
+            "kv_dram_to_hbm_bytes": np.where(np.arange(n) % 10 < 6, 0.0, np.arange(n) * 8.0),
         }
     )
     with CallsWriter(tmp_path / "c.parquet", {"agentx.table": "calls"}) as w:
@@ -93,11 +94,11 @@ def test_calls_writer_codecs_per_column_kind(tmp_path):
     for g in range(md.num_row_groups):
         col = [md.row_group(g).column(j) for j in range(7)]
         assert col[0].compression in lz4 and "DELTA_BINARY_PACKED" in col[0].encodings
-        assert col[2].compression in lz4
+        assert col[1].compression == col[5].compression == "UNCOMPRESSED"
+        assert col[2].compression in lz4 and col[6].compression in lz4
         assert col[3].compression == "ZSTD" and "RLE_DICTIONARY" in col[3].encodings
-        for c in (col[1], col[4], col[6]):
-            assert c.compression == "UNCOMPRESSED"
-        for c in (col[1], col[2], col[4], col[5], col[6]):
+        assert col[4].compression in lz4 and "RLE_DICTIONARY" in col[4].encodings
+        for c in (col[1], col[2], col[5], col[6]):
             assert not any("DICTIONARY" in e for e in c.encodings)
         assert [c.is_stats_set for c in col] == [True, False, False, True, False, True, False]
     back = pl.read_parquet(tmp_path / "c.parquet")

@@ -3,16 +3,18 @@
 ``CallsWriter`` encodes and writes row groups in a background thread (pyarrow releases the
 GIL while it encodes and compresses), so the next partition is priced while the last one is
 written; at most ``depth`` partitions are handed over and not yet written. The writer thread
-is the slower of the two, so codecs are chosen for its time first, then for size (measured,
-docs/metrics.md "Which columns calls.parquet keeps"): integer columns delta-encoded
+is the slower of the two, and most of its time goes into the file's bytes: each one lands on
+a page the OS has to supply (measured, docs/metrics.md "Which columns calls.parquet keeps"),
+so a codec must save more bytes than its own time. Integer columns delta-encoded
 (DELTA_BINARY_PACKED, then lz4: a third of zstd's time on token counts, at about the same
 size); string columns dictionary-encoded, zstd level 1, session ids handed over as an Arrow
 dictionary of the partition's sessions (no string gathered or hashed per row); float columns
-plain and uncompressed (their mantissas hardly compress, and a dictionary or lz4 costs 2-3x
-the time of a plain page) except those at least 90 % zeros in the first row group (lz4:
-faster than plain there, and a fortieth of the size). Priced float columns carry no min/max
-statistics: every row group of a session-ordered table spans their whole range, so a reader
-could skip none on them; trace columns and integers keep theirs.
+with over half zeros in the first row group plain and lz4-compressed (fill times of a
+mostly-midfill trace, reload traffic), others with few distinct values there (decode-expert
+times) dictionary-encoded and lz4-compressed, the rest plain and uncompressed (float
+mantissas hardly compress). Priced float columns carry no min/max statistics: every row group
+of a session-ordered table spans their whole range, so a reader could skip none on them;
+trace columns and integers keep theirs.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from agentx.errors import UsageError
 CALLS_MODES = ("summary", "full", "none")
 DEFAULT_CALLS = "summary"
 DICTIONARY_PAGE_BYTES = 1 << 16
-SPARSE_ZERO_SHARE = 0.9  # a float column at least this share zeros is lz4-compressed
+DICTIONARY_PROBE_ROWS = 1 << 16  # head of the first frame that decides a float's dictionary
 
 
 def calls_columns(mode: str, available) -> list[str] | None:
@@ -55,9 +57,10 @@ def calls_columns(mode: str, available) -> list[str] | None:
     return [c for c in dict.fromkeys(keep) if c in available]
 
 
-def parquet_options(schema, sparse) -> dict:
+def parquet_options(schema, sparse, few) -> dict:
     """ParquetWriter keyword arguments for a calls table of ``schema`` (module docstring);
-    ``sparse``: the float columns worth compressing (mostly zeros: ``sparse_floats``)."""
+    ``sparse``: the float columns that are mostly zeros, ``few``: those (not sparse) with few
+    enough distinct values for a dictionary page; both from ``float_shapes``."""
     import pyarrow as pa
 
     from agentx.replay.replay import TRACE_COLUMNS
@@ -69,10 +72,10 @@ def parquet_options(schema, sparse) -> dict:
         "compression": {
             **{c: "zstd" for c in others},
             **{c: "lz4" for c in ints},
-            **{c: "lz4" if c in sparse else "none" for c in floats},
+            **{c: "lz4" if c in sparse or c in few else "none" for c in floats},
         },
         "compression_level": {c: 1 for c in others},
-        "use_dictionary": others,
+        "use_dictionary": others + [c for c in floats if c in few],
         "column_encoding": dict.fromkeys(ints, "DELTA_BINARY_PACKED"),
         "dictionary_pagesize_limit": DICTIONARY_PAGE_BYTES,
         "write_statistics": [c for c in schema.names if c not in floats or c in TRACE_COLUMNS],
@@ -94,15 +97,21 @@ def required(schema):
     return pa.schema([f.with_nullable(f.name in nullable) for f in schema])
 
 
-def sparse_floats(frame: pl.DataFrame) -> set[str]:
-    """Float columns of ``frame`` at least ``SPARSE_ZERO_SHARE`` zeros (fill times of a trace
-    that is mostly midfills, reload traffic of a trace that mostly hits HBM): lz4 writes
-    them faster than a plain page, at a fortieth of its size."""
+def float_shapes(frame: pl.DataFrame) -> tuple[set[str], set[str]]:
+    """Float columns of ``frame`` that are mostly (over half) zeros (fill times of a trace
+    that is mostly midfills, reload traffic), and those not so whose head
+    (``DICTIONARY_PROBE_ROWS``) has few enough distinct values to fit a dictionary page
+    (decode-expert times, which take a value per output length)."""
     floats = [c for c, t in frame.schema.items() if t.is_float()]
     if not floats or frame.height == 0:
-        return set()
+        return set(), set()
     zeros = frame.select((pl.col(c) == 0).mean() for c in floats).row(0)
-    return {c for c, z in zip(floats, zeros, strict=True) if z >= SPARSE_ZERO_SHARE}
+    sparse = {c for c, z in zip(floats, zeros, strict=True) if z > 0.5}
+    dense = [c for c in floats if c not in sparse]
+    head = frame.head(DICTIONARY_PROBE_ROWS)
+    distinct = head.select(pl.col(c).n_unique() for c in dense).row(0) if dense else ()
+    fits = DICTIONARY_PAGE_BYTES // 8
+    return sparse, {c for c, n in zip(dense, distinct, strict=True) if n <= fits}
 
 
 def session_ids(codes: np.ndarray, names: pl.Series):
@@ -132,13 +141,13 @@ def arrow_table(frame: pl.DataFrame, session_names=None):
     return table.set_column(frame.columns.index("session_id"), "session_id", ids)
 
 
-def open_writer(path, table, sparse):
-    """A ParquetWriter for tables like ``table`` (the first; ``sparse``: ``sparse_floats`` of
+def open_writer(path, table, shapes):
+    """A ParquetWriter for tables like ``table`` (the first; ``shapes``: ``float_shapes`` of
     its frame, so the codecs are deterministic for equal input)."""
     import pyarrow.parquet as pq
 
     schema = required(table.schema)
-    return pq.ParquetWriter(path, schema, **parquet_options(schema, sparse))
+    return pq.ParquetWriter(path, schema, **parquet_options(schema, *shapes))
 
 
 class CallsWriter:
@@ -163,7 +172,7 @@ class CallsWriter:
         self._slots = threading.Semaphore(depth)  # frames handed over and not yet written
         self._error: BaseException | None = None
         self._writer = None
-        self._sparse = None  # sparse_floats of the first frame
+        self._shapes = None  # float_shapes of the first frame
         self._thread = threading.Thread(target=self._run, name="calls-writer", daemon=True)
         self._thread.start()
 
@@ -189,15 +198,15 @@ class CallsWriter:
         """The frame as the Arrow table to write, and the first frame's codec choice: made in
         the caller's thread, which would otherwise wait for the writer (the writer thread is
         the slower one: it only encodes)."""
-        first = self._sparse is None
+        first = self._shapes is None
         if first:  # codecs from the first frame (deterministic for equal input)
-            self._sparse = sparse_floats(frame)
+            self._shapes = float_shapes(frame)
         return arrow_table(frame, self._names), first
 
     def _append(self, item) -> None:
         table, first = item
         if first:
-            self._writer = open_writer(self._path, table, self._sparse)
+            self._writer = open_writer(self._path, table, self._shapes)
         if not table.schema.equals(self._writer.schema, check_metadata=False):
             table = table.cast(self._writer.schema)
         self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
