@@ -27,11 +27,17 @@ _SQL_WORDS = {"case", "when", "then", "end", "else"}
 
 
 def derived_columns(view: str, columns) -> str:
-    """``, expr AS name`` for every derived column of ``view`` computable from ``columns``."""
+    """The select list of ``view`` over a frame of ``columns``: ``*``, then ``, expr AS name``
+    for every derived column computable from ``columns`` and not among them. One that is
+    among them (runs stored it, others left it out: ``--calls full`` beside ``summary``) is
+    the stored value where there is one, else the expression (``* REPLACE``)."""
     have = set(columns)
-    out = []
+    add, fill = [], []
     for name, expr in DERIVED.get(view, {}).items():
         needs = set(_NAME.findall(expr)) - _SQL_WORDS
-        if name not in have and needs <= have:
-            out.append(f', {expr} AS "{name}"')
-    return "".join(out)
+        if needs <= have:
+            if name in have:
+                fill.append(f'COALESCE("{name}", {expr}) AS "{name}"')
+            else:
+                add.append(f', {expr} AS "{name}"')
+    return ("*" + (f" REPLACE ({', '.join(fill)})" if fill else "")) + "".join(add)

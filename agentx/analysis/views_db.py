@@ -157,6 +157,6 @@ def _register(db: Database, name: str, df: pl.DataFrame, source: str) -> None:
     db.con.register(f"_src_{name}", table)
     from agentx.analysis.derived import derived_columns  # sums kept out of calls.parquet
 
-    extra = derived_columns(name, df.columns)
-    db.con.execute(f'CREATE VIEW "{name}" AS SELECT *{extra} FROM "_src_{name}"')
+    select = derived_columns(name, df.columns)
+    db.con.execute(f'CREATE VIEW "{name}" AS SELECT {select} FROM "_src_{name}"')
     db.views[name] = source

@@ -36,8 +36,9 @@ DICTIONARY_PROBE_ROWS = 1 << 16  # head of the first frame that decides a float'
 def calls_columns(mode: str, available) -> list[str] | None:
     """Columns of calls.parquet for ``--calls`` ``mode`` (None: all). ``summary`` (the
     default) keeps what the per-call queries and charts use (docs/metrics.md): trace keys,
-    per-stage time and energy, latencies, total energy and the KV tier outcome (tokens, link
-    bytes, reload time and energy); per-stage FLOPs, HBM and comm bytes stay in ``full`` and
+    per-stage time and energy, latencies and the KV tier outcome (tokens, link bytes, reload
+    time and energy); total energy is their sum, which ``agentx sql`` derives bit for bit
+    (agentx/analysis/derived.py); per-stage FLOPs, HBM and comm bytes stay in ``full`` and
     in the sums of stages.parquet and summary.json."""
     from agentx.replay.replay import TRACE_COLUMNS
     from agentx.replay.stages import STAGES
@@ -51,7 +52,6 @@ def calls_columns(mode: str, available) -> list[str] | None:
         *(f"{st}_{k}" for st in STAGES for k in ("time_s", "energy_j")),
         "ttft_s",
         "decode_latency_s",
-        "total_energy_j",
         *(c for c in available if c.startswith("kv_")),
     )
     return [c for c in dict.fromkeys(keep) if c in available]
