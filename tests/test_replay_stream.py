@@ -207,14 +207,17 @@ def test_sql_derives_the_sums_a_summary_run_leaves_out(tmp_path):
         assert set(DERIVED["replay_calls"]) <= set(cols)
         got = db.query(
             "SELECT run, call_index, session_id, fill_time_s, decode_time_s, total_time_s, "
-            "total_energy_j, kv_hit_tokens, kv_hit_ratio FROM replay_calls "
+            "total_energy_j, kv_hit_tokens, kv_hit_ratio, kv_dram_to_ssd_bytes FROM replay_calls "
             "ORDER BY run, session_id, call_index"
         )
     full, summ = (got.filter(pl.col("run") == r).drop("run") for r in ("full", "summary"))
     assert_frames_close(full, summ)
-    # the summary file leaves total energy out: the view's sum is the kernel's, bit for bit
-    assert "total_energy_j" not in pl.read_parquet_schema(tmp_path / "runs/summary/calls.parquet")
-    assert summ["total_energy_j"].to_list() == full["total_energy_j"].to_list()
+    # the summary file leaves total energy and the DRAM->SSD bytes out: the view's values are
+    # the stored ones, bit for bit
+    stored = pl.read_parquet_schema(tmp_path / "runs/summary/calls.parquet")
+    for c in ("total_energy_j", "kv_dram_to_ssd_bytes"):
+        assert c not in stored
+        assert summ[c].to_list() == full[c].to_list()
     w = WHOLE.calls
     np.testing.assert_allclose(
         full["total_time_s"].to_numpy(),

@@ -1,4 +1,4 @@
-"""Per-call columns that are sums of stored ones: SQL expressions, not bytes in calls.parquet.
+"""Per-call columns that follow from stored ones: SQL expressions, not bytes in calls.parquet.
 
 ``agentx sql`` adds each to a run view that has its inputs and lacks the column itself
 (docs/metrics.md, "Derived in agentx sql"), so ``replay --calls summary`` loses no query.
@@ -19,6 +19,9 @@ DERIVED: dict[str, dict[str, str]] = {
         "total_time_s": STAGE_SUM.format(k="time_s"),
         "total_energy_j": STAGE_SUM.format(k="energy_j"),
         "kv_hit_tokens": HITS,
+        # write-through, the policy of every replay: a block written to DRAM goes on to SSD
+        # in the same call (agentx/kv/tiers.py)
+        "kv_dram_to_ssd_bytes": "kv_hbm_to_dram_bytes",
         "kv_hit_ratio": f"CASE WHEN reused_prefix_tokens > 0 THEN ({HITS}) / reused_prefix_tokens END",
     }
 }

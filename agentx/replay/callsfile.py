@@ -37,8 +37,8 @@ def calls_columns(mode: str, available) -> list[str] | None:
     """Columns of calls.parquet for ``--calls`` ``mode`` (None: all). ``summary`` (the
     default) keeps what the per-call queries and charts use (docs/metrics.md): trace keys,
     per-stage time and energy, latencies and the KV tier outcome (tokens, link bytes, reload
-    time and energy); total energy is their sum, which ``agentx sql`` derives bit for bit
-    (agentx/analysis/derived.py); per-stage FLOPs, HBM and comm bytes stay in ``full`` and
+    time and energy); total energy (their sum) and the DRAM->SSD bytes (the HBM->DRAM bytes,
+    under write-through) are derived by ``agentx sql`` bit for bit (agentx/analysis/derived.py); per-stage FLOPs, HBM and comm bytes stay in ``full`` and
     in the sums of stages.parquet and summary.json."""
     from agentx.replay.replay import TRACE_COLUMNS
     from agentx.replay.stages import STAGES
@@ -52,7 +52,9 @@ def calls_columns(mode: str, available) -> list[str] | None:
         *(f"{st}_{k}" for st in STAGES for k in ("time_s", "energy_j")),
         "ttft_s",
         "decode_latency_s",
-        *(c for c in available if c.startswith("kv_")),
+        # under write-through (every replay's policy) a block written to DRAM goes on to SSD
+        # in the same call: the DRAM->SSD bytes are the HBM->DRAM bytes, derived by the view
+        *(c for c in available if c.startswith("kv_") and c != "kv_dram_to_ssd_bytes"),
     )
     return [c for c in dict.fromkeys(keep) if c in available]
 
