@@ -25,15 +25,16 @@ SETTLE_S = 120  # a helper still compiling after this is stopped: the run compil
 _helper: subprocess.Popen | None = None
 
 
-def start(cfg, calls: int) -> None:
+def start(cfg, calls: int, parallel: bool = True) -> None:
     """Compile the kernels for ``cfg`` (the pricing variant a partition of ``calls`` rows
-    takes) in a helper process, unless numba's cache has them or a helper is running."""
+    takes, ``replay.kernel.kernel_for(calls, parallel)``) in a helper process, unless numba's
+    cache has them or a helper is running."""
     global _helper
     from agentx.replay.kernel import kernel_for, params
 
-    if _helper is not None or _cached(kernel_for(calls)):
+    if _helper is not None or _cached(kernel_for(calls, parallel)):
         return
-    payload = pickle.dumps((*params(cfg), calls))
+    payload = pickle.dumps((*params(cfg), calls, parallel))
     try:
         # -P: the run's working folder is not put on the helper's sys.path (a types.py or
         # numba.py there would break its imports)
@@ -76,10 +77,10 @@ def _cached(dispatcher) -> bool:
         return True
 
 
-def _compile(q, dtab, exp_tok, calls: int) -> None:
+def _compile(q, dtab, exp_tok, calls: int, parallel: bool = True) -> None:
     """Compile (not run) the three kernels for the argument types a replay gives them:
     ``q, dtab, exp_tok`` are ``replay.kernel.params`` of its configuration, ``calls`` the
-    rows of its partitions."""
+    rows of its partitions, ``parallel`` whether they may take the parallel kernel."""
     import numba
     import numpy as np
 
@@ -88,7 +89,7 @@ def _compile(q, dtab, exp_tok, calls: int) -> None:
     from agentx.replay.timeline import _peak
 
     f, i = np.zeros(1), np.zeros(1, np.int64)
-    price = kernel_for(calls)
+    price = kernel_for(calls, parallel)
     for fn, args in (  # in the order a run reaches them
         (_place, (i, *[f] * 8, *[1.0] * 7, *[i] * 4, *[f] * 6)),
         (price, (q, dtab, exp_tok, f, f, f, f, f, np.empty((N_ROWS, 1)), i)),

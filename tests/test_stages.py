@@ -302,6 +302,11 @@ def test_parallel_kernel_is_byte_identical_to_the_serial_one():
     serial = np.empty_like(cols)
     serial_sums = kernel._price_serial(q, dtab, et, n, p, m, z, z, serial, np.arange(kernel.N_ROWS))
     assert cols.tobytes() == serial.tobytes() and sums.tobytes() == serial_sums.tobytes()
+    # a replay writing calls.parquet asks for the serial kernel (its writer needs the core)
+    alone, alone_sums = kernel.price(q, dtab, et, n, p, m, z, z, parallel=False)
+    assert alone.tobytes() == cols.tobytes() and alone_sums.tobytes() == sums.tobytes()
+    assert kernel.kernel_for(size, parallel=False) is kernel._price_serial
+    assert kernel.kernel_for(size) is kernel._price_parallel
     keep = np.array([20, 0, 21, 7])  # some rows, any order: those rows, the same sums
     some, some_sums = kernel.price(q, dtab, et, n, p, m, z, z, keep)
     assert some.tobytes() == cols[keep].tobytes() and some_sums.tobytes() == sums.tobytes()

@@ -204,8 +204,10 @@ def command(
     from agentx.traces.partitions import trace_rows
 
     rows = trace_rows(trace) or 0
+    # pricing beside a calls.parquet writer thread leaves it the second core (kernel_for)
+    writes = run_dir is not None and calls_mode != "none"
     # a first run compiles pricing on the other core while this one reads and places KV
-    warm.start(cfg, min(rows, chunk_rows))
+    warm.start(cfg, min(rows, chunk_rows), parallel=not writes)
     # a trace too large for memory replays out of core (same results)
     streamed = load_scale == 1.0 and over_context == "warn" and interactivity is None
     streamed = streamed and rows > OUT_OF_CORE_ROWS
@@ -246,7 +248,7 @@ def command(
             )
             # only what calls.parquet keeps is priced per call (the stage sums take every row)
             priced = () if calls_path is None else cols
-            parts = replay_chunks(tr.calls, cfg, per_call, chunk_rows, priced)
+            parts = replay_chunks(tr.calls, cfg, per_call, chunk_rows, priced, not writes)
             # the KV summary's per-link sums come with the partitions (kv/rows.py): read it after
             kv_summary = (lambda k=kv: k.summary) if kv is not None else None
             session_names = tr.session_names

@@ -43,12 +43,18 @@ def session_cuts(calls: pl.DataFrame, rows: int = CHUNK_ROWS) -> list[tuple[int,
 
 
 def replay_chunks(
-    calls: pl.DataFrame, cfg: ServingConfig, kv_calls=None, rows: int = CHUNK_ROWS, columns=None
+    calls: pl.DataFrame,
+    cfg: ServingConfig,
+    kv_calls=None,
+    rows: int = CHUNK_ROWS,
+    columns=None,
+    parallel: bool = True,
 ):
     """``replay_partition`` over the session-aligned partitions of ``calls``, in order;
-    ``columns``: the priced columns to keep (``priced_columns``; default all)."""
+    ``columns``: the priced columns to keep (``priced_columns``; default all); ``parallel``:
+    False where a calls.parquet writer thread runs beside (``replay_partition``)."""
     kv_calls = _kv_frame(kv_calls, calls.height)
     columns = priced_columns(columns)
     for off, length in session_cuts(calls, rows):
         kv_part = None if kv_calls is None else kv_calls.slice(off, length)
-        yield replay_partition(calls.slice(off, length), cfg, kv_part, columns)
+        yield replay_partition(calls.slice(off, length), cfg, kv_part, columns, parallel)

@@ -256,15 +256,19 @@ _price_parallel = numba.njit(cache=True, parallel=True, error_model="numpy")(_pr
 PARALLEL_FROM_CALLS = 200_000  # below this, thread start-up and barriers cost more than they save
 
 
-def kernel_for(calls: int):
-    """The compiled pricing kernel a partition of ``calls`` rows runs on."""
-    return _price_parallel if calls >= PARALLEL_FROM_CALLS else _price_serial
+def kernel_for(calls: int, parallel: bool = True):
+    """The compiled pricing kernel a partition of ``calls`` rows runs on. ``parallel=False``
+    where another thread needs the second core: a replay writing calls.parquet, whose writer
+    thread is the slower side of its pricing loop (7 of 7 alternating 10 M-call replays were
+    0.1-0.3 s faster with the serial kernel, docs/metrics.md)."""
+    return _price_parallel if parallel and calls >= PARALLEL_FROM_CALLS else _price_serial
 
 
-def price(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e, keep=None):
+def price(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e, keep=None, parallel=True):
     """(columns (rows ``keep`` of the N_ROWS, default all, × calls), per-block stage sums
-    (BLOCKS × 4 × len(KEYS)), which cover every row whatever ``keep``)."""
-    fn = kernel_for(new.size)
+    (BLOCKS × 4 × len(KEYS)), which cover every row whatever ``keep``); ``parallel``: as in
+    ``kernel_for`` (the numbers are the same either way)."""
+    fn = kernel_for(new.size, parallel)
     keep = np.arange(N_ROWS) if keep is None else np.asarray(keep, np.int64)
     # numpy asks for huge pages; faulting in 1.8 GB (10 M calls) by 4 KB pages cost more than pricing
     cols = np.empty((keep.size, new.size))

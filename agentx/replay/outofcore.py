@@ -132,7 +132,8 @@ def _price(path, cfg, kv, folder, bounds, calls_path, meta, columns, rows):
             if per_call is not None:
                 for c in per_call.columns:
                     kv_sums[c] = kv_sums.get(c, 0.0) + float(per_call[c].sum())
-            yield replay_partition(df, cfg, per_call, priced)
+            # a writer thread encodes calls.parquet beside: it keeps the second core
+            yield replay_partition(df, cfg, per_call, priced, calls_path is None)
 
     totals = Totals(0, np.zeros((len(STAGES), len(KEYS))), {c: 0 for c in TRACE_COLUMNS[4:]}, 0, 0)
     for p in write_calls(parts(), calls_path, meta, columns):

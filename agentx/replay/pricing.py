@@ -62,7 +62,7 @@ CALL_COLUMNS = (
 
 
 def price_calls(
-    cfg: ServingConfig, calls, kv=None, columns=CALL_COLUMNS
+    cfg: ServingConfig, calls, kv=None, columns=CALL_COLUMNS, parallel: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-call ``columns`` (rows, of ``CALL_COLUMNS``, in that order) and stage totals
     (stage × ``KEYS``, of every column whichever are kept).
@@ -73,6 +73,7 @@ def price_calls(
     ``kv`` (per-call arrays from agentx.kv, optional): kv_recompute_tokens move from the
     reused prefix to the filled tokens (a call whose whole prefix is lost becomes a prefill);
     kv_transfer_time_s and kv_transfer_energy_j (reloads from DRAM/SSD) join the call's fill.
+    ``parallel``: as in ``agentx.replay.kernel.kernel_for``.
     """
     from agentx import warm
     from agentx.replay.kernel import params, price
@@ -92,7 +93,7 @@ def price_calls(
         xe = np.broadcast_to(_col(kv, "kv_transfer_energy_j", 0.0), n.shape).astype(np.float64)
     q, dtab, exp_tok = params(cfg)
     keep = [CALL_COLUMNS.index(c) for c in columns]
-    cols, sums = price(q, dtab, exp_tok, n, p, out, xt, xe, keep)
+    cols, sums = price(q, dtab, exp_tok, n, p, out, xt, xe, keep, parallel)
     return cols, sums.sum(axis=0)
 
 

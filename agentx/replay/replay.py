@@ -95,7 +95,7 @@ SLIM_COLUMNS = ("t_start_s", "input_tokens", "output_tokens", "ttft_s", "decode_
 
 
 def replay_partition(
-    calls: pl.DataFrame, cfg: ServingConfig, kv_calls=None, columns=CALL_COLUMNS
+    calls: pl.DataFrame, cfg: ServingConfig, kv_calls=None, columns=CALL_COLUMNS, parallel=True
 ) -> Partial:
     """Price one partition of a trace: the seam every engine (local streaming, Ray) calls.
 
@@ -107,10 +107,11 @@ def replay_partition(
     reproduce ``replay_trace`` of the whole trace: integers exactly, float sums to rounding
     (docs/metrics.md). Combine partitions with ``merge_partials``. ``columns``: the priced
     columns the rows keep (``priced_columns``; the stage sums cover all of them anyway).
+    ``parallel``: False where a writer thread needs the second core (``replay.kernel.kernel_for``).
     """
     kv_calls = _kv_frame(kv_calls, calls.height)
     columns = priced_columns(columns)
-    cols, sums = price_calls(cfg, calls, kv_calls, columns)
+    cols, sums = price_calls(cfg, calls, kv_calls, columns, parallel)
     frame = pl.DataFrame(dict(zip(columns, cols, strict=True)))
     parts = [calls.select([c for c in TRACE_COLUMNS if c in calls.columns]), frame]
     if isinstance(kv_calls, pl.DataFrame):
