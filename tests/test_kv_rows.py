@@ -125,7 +125,7 @@ def test_rows_held_in_blocks_of_any_size_give_the_same_rows(seed, block_rows, cu
         got = rows.slice(a, b - a)
         for c in whole.columns:
             assert np.array_equal(got[c].to_numpy(), whole[c][a:b].to_numpy()), c
-    assert all(blk is None for blk in rows._blocks)  # every block let go once made
+    assert rows._acc is None and rows._at is None  # let go once every row was made
     with pytest.raises(UsageError, match=r"^rows 0\.\.0 of the KV outcome were sliced before$"):
         rows.slice(0, 1)
     with pytest.raises(UsageError, match=rf"^rows {n}\.\.{n} are outside 0\.\.{n - 1}$"):
