@@ -100,7 +100,7 @@ def one_run(trace: str, calls_mode: str) -> dict:
 def _write_alone(tr, cfg, cols, path) -> float:
     """CPU seconds of writing calls.parquet alone: each partition priced untimed, then its
     ids decoded, converted to Arrow and encoded in this thread (as the writer thread does)."""
-    from agentx.replay.callsfile import arrow_table, float_shapes, open_writer
+    from agentx.replay.callsfile import arrow_table, float_shapes, open_writer, write_group
     from agentx.replay.chunks import replay_chunks
 
     spent, writer = 0.0, None
@@ -110,7 +110,7 @@ def _write_alone(tr, cfg, cols, path) -> float:
         table = arrow_table(frame, tr.session_names)
         if writer is None:
             writer = open_writer(path, table, float_shapes(frame))
-        writer.write_table(table, row_group_size=table.num_rows)
+        write_group(writer, table)
         spent += time.thread_time() - c
     writer.close()
     return spent

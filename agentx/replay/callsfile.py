@@ -152,6 +152,14 @@ def open_writer(path, table, shapes):
     return pq.ParquetWriter(path, schema, **parquet_options(schema, *shapes))
 
 
+def write_group(writer, table) -> None:
+    """``table`` as one row group of ``writer``'s file (cast to its schema where it differs:
+    required columns, or ids gathered as strings after a dictionary)."""
+    if not table.schema.equals(writer.schema, check_metadata=False):
+        table = table.cast(writer.schema)
+    writer.write_table(table, row_group_size=max(table.num_rows, 1))
+
+
 class CallsWriter:
     """Append frames to a Parquet file as row groups, in a background thread, in order.
 
@@ -209,9 +217,7 @@ class CallsWriter:
         table, first = item
         if first:
             self._writer = open_writer(self._path, table, self._shapes)
-        if not table.schema.equals(self._writer.schema, check_metadata=False):
-            table = table.cast(self._writer.schema)
-        self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
+        write_group(self._writer, table)
 
     def _raise(self) -> None:
         if self._error is not None:
