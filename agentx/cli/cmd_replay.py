@@ -248,7 +248,7 @@ def command(
             )
             # only what calls.parquet keeps is priced per call (the stage sums take every row)
             priced = () if calls_path is None else cols
-            parts = replay_chunks(tr.calls, cfg, per_call, chunk_rows, priced, not writes)
+            parts = replay_chunks(tr.calls, cfg, per_call, chunk_rows, priced, calls_path is None)
             # the KV summary's per-link sums come with the partitions (kv/rows.py): read it after
             kv_summary = (lambda k=kv: k.summary) if kv is not None else None
             session_names = tr.session_names

@@ -38,8 +38,9 @@ def calls_columns(mode: str, available) -> list[str] | None:
     default) keeps what the per-call queries and charts use (docs/metrics.md): trace keys,
     per-stage time and energy, latencies and the KV tier outcome (tokens, link bytes, reload
     time and energy); total energy (their sum) and the DRAM->SSD bytes (the HBM->DRAM bytes,
-    under write-through) are derived by ``agentx sql`` bit for bit (agentx/analysis/derived.py); per-stage FLOPs, HBM and comm bytes stay in ``full`` and
-    in the sums of stages.parquet and summary.json."""
+    under write-through) are derived by ``agentx sql`` bit for bit
+    (agentx/analysis/derived.py); per-stage FLOPs, HBM and comm bytes stay in ``full`` and in
+    the sums of stages.parquet and summary.json."""
     from agentx.replay.replay import TRACE_COLUMNS
     from agentx.replay.stages import STAGES
 
@@ -167,8 +168,8 @@ class CallsWriter:
     written (so with depth 1 one partition is written while the next is priced, and no more
     are held); ``close()`` waits for the writes and closes the file; an error in the thread
     is raised by the next ``write`` or by ``close``. The schema is the first frame's; later
-    frames are cast to it; ``metadata`` is the file's key-value metadata. Use as a context manager: leaving on an error
-    abandons the rest. ``session_names``: a ``session_id`` column of integer codes is written
+    frames are cast to it; ``metadata`` is the file's key-value metadata. Use as a context
+    manager: leaving on an error abandons the rest. ``session_names``: a ``session_id`` column of integer codes is written
     as ``session_names[code]`` (``Trace.session_names`` of ``read_trace_columns``;
     ``session_ids``).
     Reused by every driver that streams a calls table (docs/metrics.md).
