@@ -204,7 +204,8 @@ def command(
     from agentx.traces.partitions import trace_rows
 
     rows = trace_rows(trace) or 0
-    # pricing beside a calls.parquet writer thread leaves it the second core (kernel_for)
+    # whether calls.parquet is written: pricing beside its writer thread leaves it the second
+    # core (kernel_for), which the compile helper, started here, must know
     writes = run_dir is not None and calls_mode != "none"
     # a first run compiles pricing on the other core while this one reads and places KV
     warm.start(cfg, min(rows, chunk_rows), parallel=not writes)
@@ -222,9 +223,7 @@ def command(
             from agentx.io import atomic_dir
 
             folder = stack.enter_context(atomic_dir(run_dir, [trace, *catalog_files]))
-        calls_path = (
-            folder / "calls.parquet" if folder is not None and calls_mode != "none" else None
-        )
+        calls_path = folder / "calls.parquet" if writes else None
         result = None
         if streamed:
             from agentx.replay.outofcore import replay_file

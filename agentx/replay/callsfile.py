@@ -169,9 +169,9 @@ class CallsWriter:
     are held); ``close()`` waits for the writes and closes the file; an error in the thread
     is raised by the next ``write`` or by ``close``. The schema is the first frame's; later
     frames are cast to it; ``metadata`` is the file's key-value metadata. Use as a context
-    manager: leaving on an error abandons the rest. ``session_names``: a ``session_id`` column of integer codes is written
-    as ``session_names[code]`` (``Trace.session_names`` of ``read_trace_columns``;
-    ``session_ids``).
+    manager: leaving on an error abandons the rest. ``session_names``: a ``session_id``
+    column of integer codes is written as ``session_names[code]`` (``Trace.session_names``
+    of ``read_trace_columns``; ``session_ids``).
     Reused by every driver that streams a calls table (docs/metrics.md).
     """
 
