@@ -13,8 +13,8 @@ distance (proof in docs/kv-tiers.md). Pass 1 walks the references and cuts them 
 *segments* (this needs only each block's previous time, not distances); pass 2 walks the
 segments with a range-update/range-query Fenwick pair over just the segments' boundary times
 (coordinate-compressed, so the trees stay in cache): one query and two range moves per segment.
-Single-block segments (random-looking streams) move as points in a third, plain tree
-interleaved with the pair, so each walk touches one cache line per node.
+When nearly every reference is its own segment (random-looking streams), compression would not
+shrink the tree: a plain one-column tree over every time, built as time goes, takes them all.
 
 This module owns the driver (``lru_stack``: inputs, the choice of time axis, the result); the
 compiled passes live in ``agentx.kv.stack_passes``.
@@ -117,18 +117,11 @@ def lru_stack(stream: BlockStream, kill_off=None, kill_blocks=None, free=None) -
             segs, kill_off, kill_pos, kill_w, coords, last, stream.ref_block.size
         )
     else:
-        runs = segs[segs[:, S_N] > 1]
-        old = runs[runs[:, S_DIST] >= 0]
-        lo, n = (
-            np.concatenate((runs[:, S_REF0], old[:, S_OLD])),
-            np.concatenate((runs[:, S_N], old[:, S_N])),
-        )
-        rc = _unique(np.concatenate((lo + 1, lo + n + 1)))  # the range pair's update times
-        # each time holds +w, 0 or -w in the point tree: int32 nodes (half the memory walked)
-        # when no sum of them can overflow
+        # a node sums live weights, at most one per time: int32 nodes (half the memory
+        # walked) when no sum of them can overflow
         small = stream.n_refs * int(np.abs(weight).max(initial=0)) < 1 << 31
         pt = np.zeros(stream.n_refs + 2, np.int32 if small else np.int64)
-        final = _point_pass(segs, kill_off, kill_pos, kill_w, rc, last, pt)
+        final = _point_pass(segs, kill_off, kill_pos, kill_w, last, pt)
     return StackResult(
         call=segs[:, S_CALL],
         ref0=segs[:, S_REF0],

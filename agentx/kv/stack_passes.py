@@ -4,7 +4,7 @@ Owns every jitted function of the stack, together (a jitted function sees the he
 as globals of its own module at compile time, and numba's per-file cache then recompiles them
 all on any change here): pass 1 (``_segment_pass``) cuts the references into segments sharing
 one distance; pass 2 walks them over the segments' boundary times (``_distance_pass``, the
-Fenwick range pair) or over every time (``_point_pass``, the plain point tree). The algorithm
+Fenwick range pair) or over every time (``_point_pass``, a plain tree built as time goes). The algorithm
 and the choice between the two passes are explained in ``agentx.kv.stack``, which calls them.
 """
 
@@ -106,11 +106,17 @@ def _segment_pass(
                 o_rt += rt
             else:
                 if o_call >= 0:
-                    if ns == cap:  # grow to the segments expected at this rate (random: once)
+                    if ns == cap:
+                        # grow once to what this rate needs: a segment per few references
+                        # (random ids) gets one row per reference, since a second grow would
+                        # copy the whole table and rows never written are never resident
                         cap = (
-                            min(max(2 * cap, ns * ref_block.size // r * 9 // 8), ref_block.size)
-                            + 64
-                        )
+                            ref_block.size
+                            if 8 * ns >= r
+                            else min(
+                                max(2 * cap, ns * ref_block.size // r * 9 // 8), ref_block.size
+                            )
+                        ) + 64
                         segs = _grow(segs, cap)
                     _store(segs[ns], o_call, o_ref0, o_n, o_w, o_rt, o_read, o_first, o_old, o_sw)
                     ns += 1
@@ -124,8 +130,7 @@ def _segment_pass(
             segs = _grow(segs, cap + 1)
         _store(segs[ns], o_call, o_ref0, o_n, o_w, o_rt, o_read, o_first, o_old, o_sw)
         ns += 1
-    if ns * 8 < cap * 7:  # trim a table mostly unused; a nearly full one (random streams) is
-        segs = segs[:ns].copy()  # returned as a view, saving a copy as large as itself
+    # no trimming copy: the unused rows were never written, so they hold no memory
     return segs[:ns], weight, last, kill_pos, kill_w
 
 
@@ -178,9 +183,10 @@ def _distance_pass(segs, kill_off, kill_pos, kill_w, coords, last, t_all):  # pr
     return final
 
 
-@nb.njit(cache=True)
-def _padd(tree, i, v):  # pragma: no cover (compiled)
-    while i < tree.size:
+@nb.njit(cache=True, inline="always")
+def _pdrop(tree, i, v, built):  # pragma: no cover (compiled)
+    """Add v at node i of a tree built up to node ``built`` (later nodes take it when built)."""
+    while i <= built:
         tree[i] += v
         i += i & -i
 
@@ -195,40 +201,43 @@ def _ppre(tree, i):  # pragma: no cover (compiled)
 
 
 @nb.njit(cache=True)
-def _point_pass(segs, kill_off, kill_pos, kill_w, rc, last, pt):  # pragma: no cover
-    """``_distance_pass`` for random streams (nearly every reference its own segment): points
-    go to a plain one-column Fenwick tree over every time (8 B a node, a third of the memory
-    the three-column walk touches), the few runs to a range pair over their own boundary
-    times ``rc`` (small: stays in cache). Same sums, same distances."""
-    rt = np.zeros((rc.size + 2, 3), np.int64)
-    runs = rc.size > 0
+def _point_pass(segs, kill_off, kill_pos, kill_w, last, pt):  # pragma: no cover
+    """``_distance_pass`` for random streams (nearly every reference its own segment): a plain
+    one-column Fenwick tree over every time (node t+1 for time t), with a run's blocks moved
+    as points (few and short here). Times arrive in order and nothing is ever added ahead of
+    now, so the tree is built as time goes: node t is written once, when time t comes, as its
+    weight plus its children's sums (all earlier, so recent and in cache), and a removal
+    walks up only to the last node built. This drops the walk of every append through
+    nodes of the future (2.2x fewer cycles on 5 M random ids). Same sums, same distances."""
     si = 0
     total = 0
+    built = 0  # nodes 1..built hold their sums; the next time to place is node built + 1
     for k in range(kill_off.size - 1):
         for q in range(kill_off[k], kill_off[k + 1]):
             if kill_pos[q] >= 0:
-                _padd(pt, kill_pos[q] + 1, -kill_w[q])
+                _pdrop(pt, kill_pos[q] + 1, -kill_w[q], built)
                 total -= kill_w[q]
         while si < segs.shape[0] and segs[si, S_CALL] == k:
             seg = segs[si]
             n, w, r, s_old = seg[S_N], seg[S_SW], seg[S_REF0], seg[S_OLD]
             if seg[S_DIST] >= 0:
-                d = total - _ppre(pt, s_old)
-                seg[S_DIST] = d - _prefix(rt, rc, s_old) if runs else d
-                if n == 1:
-                    _padd(pt, s_old + 1, -w)
-                else:
-                    _move(rt, rc, s_old, s_old + n - 1, -w)
+                seg[S_DIST] = total - _ppre(pt, s_old)
+                for j in range(n):
+                    _pdrop(pt, s_old + 1 + j, -w, built)
                 total -= n * w
-            if n == 1:
-                _padd(pt, r + 1, w)
-            else:
-                _move(rt, rc, r, r + n - 1, w)
+            for t in range(r + 1, r + n + 1):  # segments tile the times: r == built here
+                v = w
+                step = 1
+                low = t & -t
+                while step < low:
+                    v += pt[t - step]
+                    step <<= 1
+                pt[t] = v
+            built = r + n
             total += n * w
             si += 1
     final = np.full(last.size, -1, np.int64)
     for b in range(last.size):
         if last[b] >= 0:
-            d = total - _ppre(pt, last[b])
-            final[b] = d - _prefix(rt, rc, last[b]) if runs else d
+            final[b] = total - _ppre(pt, last[b])
     return final
