@@ -50,8 +50,11 @@ def _priced_columns(kv_tiers: bool) -> tuple[str, ...]:
     return (*CALL_COLUMNS, *(PER_CALL if kv_tiers else ()))
 
 
-def _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases, max_refs):
-    """The in-memory replay's inputs: the trace, its KV tier outcome, the operating point."""
+def _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases, max_refs,
+          fingerprint=False):  # fmt: skip
+    """The in-memory replay's inputs: the trace, its KV tier outcome, the operating point.
+    ``fingerprint``: hash the trace file for run.json beside the KV kernel (the read before it
+    keeps both cores busy; the kernel leaves one idle)."""
     from agentx.replay.replay import KV_COLUMNS, TRACE_COLUMNS
     from agentx.traces.io import read_trace, read_trace_columns
     from agentx.traces.transform import scale_load
@@ -86,7 +89,14 @@ def _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, 
         # the HBM peak's arrival order (a sort of 10 M start times) is made on the core the
         # chain kernel leaves idle, instead of at the end beside the writer and the quantiles
         pool, box = ThreadPoolExecutor(max_workers=1), []
-        beside = lambda calls=tr.calls: box.append(pool.submit(arrivals, calls))  # noqa: E731
+
+        def beside(calls=tr.calls):
+            box.append(pool.submit(arrivals, calls))
+            if fingerprint:
+                from agentx.io import prefetch_fingerprint
+
+                prefetch_fingerprint(trace, pool)
+
         refs = MAX_REFS if max_refs is None else max_refs
         kv = replay_tiers(tr, cfg, max_refs=refs, lazy=True, beside=beside)
         pool.shutdown(wait=False)
