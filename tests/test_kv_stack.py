@@ -234,13 +234,18 @@ def test_reblocking_names_merged_blocks_by_their_last_hash():
     assert d[s.ref_off[1]] >= 0 and d[s.ref_off[1] + 1] < 0
 
 
-@pytest.mark.parametrize("shape", ["random", "chains"])
+@pytest.mark.parametrize("shape", ["random", "chains", "striped"])
 def test_both_time_axes_agree_with_step_by_step_lru(shape):
     """Random ids make nearly every reference its own segment (direct time axis); long
-    re-read prefixes make few segments (compressed time axis)."""
+    re-read prefixes make few segments (compressed time axis). Striped calls read eight
+    10-block regions each: more segments than the kernel's first table holds (four per
+    call), each long, so the table grows by its estimate rather than to a row per reference."""
     rng = np.random.default_rng(7)
     if shape == "random":
         ids = rng.integers(0, 300, 4000)
+    elif shape == "striped":  # each call reads 8 regions of 10 blocks, in an order of its own
+        order = [rng.permutation(8) for _ in range(40)]
+        ids = np.concatenate([np.arange(10 * g, 10 * g + 10) for o in order for g in o])
     else:  # 40 calls, each re-reading one of 4 growing chains
         ids = np.concatenate(
             [np.arange(c * 1000, c * 1000 + 20 + 5 * k) for k in range(40) for c in [k % 4]]
@@ -255,7 +260,8 @@ def test_both_time_axes_agree_with_step_by_step_lru(shape):
         shared=np.zeros(int(ids.max()) + 1, bool), chain=z, agent=z, compaction=z.astype(bool),
     )  # fmt: skip
     res = lru_stack(stream)
-    assert (8 * len(res.n) < ids.size) == (shape == "chains")
+    assert (8 * len(res.n) < ids.size) == (shape != "random")
+    assert shape != "striped" or len(res.n) > 4 * n_calls + 64  # past the first table
     dist = res.ref_distances()
     for cap in (0, 160, 1600, 4000, 16000):
         np.testing.assert_array_equal(
