@@ -4,8 +4,9 @@ Owns every jitted function of the stack, together (a jitted function sees the he
 as globals of its own module at compile time, and numba's per-file cache then recompiles them
 all on any change here): pass 1 (``_segment_pass``) cuts the references into segments sharing
 one distance; pass 2 walks them over the segments' boundary times (``_distance_pass``, the
-Fenwick range pair) or over every time (``_point_pass``, a plain tree built as time goes). The algorithm
-and the choice between the two passes are explained in ``agentx.kv.stack``, which calls them.
+Fenwick range pair) or over every time (``_point_pass``, a plain tree built as time goes).
+The algorithm and the choice between the two passes are explained in ``agentx.kv.stack``,
+which calls them.
 """
 
 from __future__ import annotations
