@@ -210,14 +210,14 @@ def command(
     streamed = streamed and rows > OUT_OF_CORE_ROWS
     # run.json names the trace by its hash, made while the run works: beside the KV kernel
     # when there is one (_load), else from the start
-    hashes = run_dir is not None
-    if hashes and (streamed or not kv_tiers):
+    fingerprint = run_dir is not None
+    if fingerprint and (streamed or not kv_tiers):
         from agentx.io import prefetch_fingerprint
 
         prefetch_fingerprint(trace)
     tr = kv = operating_point = arrived = None
     if not streamed:
-        tr, kv, cfg, operating_point, context, arrived = _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases, max_block_refs, hashes)  # fmt: skip
+        tr, kv, cfg, operating_point, context, arrived = _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases, max_block_refs, fingerprint)  # fmt: skip
     phases.step("pricing the four stages")
     with contextlib.ExitStack() as stack:
         # calls.parquet streams into the run's temporary folder; the run appears whole or not at all
@@ -241,7 +241,7 @@ def command(
                 over = {"calls_over": result.summary["calls_over_max_context"], "compactions": 0}
                 say_over_context(over, cfg.model.max_context_tokens, "warn", quiet=quiet)
             except NotStreamable:  # read whole: its errors (or its layout) need the whole file
-                tr, kv, cfg, operating_point, context, arrived = _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases, max_block_refs, hashes)  # fmt: skip
+                tr, kv, cfg, operating_point, context, arrived = _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases, max_block_refs, fingerprint)  # fmt: skip
         if result is None:
             # Partitions are priced, written as row groups of calls.parquet and dropped as they come.
             per_call = kv.per_call if kv is not None else None
