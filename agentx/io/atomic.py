@@ -161,8 +161,20 @@ def atomic_path(
     if dest.is_dir():
         raise OutputError(f"-o '{one_line(path)}' is a folder; give a file name")
     # outputs get the permissions of any newly created file (umask), not mkstemp's 0600
-    with _staged(dest, path, Path.touch) as tmp:
+    with _staged(dest, path, _probe) as tmp:
         yield tmp
+        tmp.touch()  # a writer that wrote nothing still leaves its (empty) output
+
+
+def _probe(tmp: Path) -> None:
+    """Check that the temporary file can be made, and leave its name free for the writer to
+    create: a writer opening an existing file truncates it, and ext4 (auto_da_alloc) then
+    writes the whole file out to disk when it is closed, before close returns (0.4 s for a
+    1 GB calls.parquet, measured); a file the writer creates is left to the kernel's
+    writeback. File contents are not fsynced either way: the rename guards against a kill,
+    not a power cut."""
+    tmp.touch()
+    tmp.unlink()
 
 
 @contextlib.contextmanager
