@@ -168,10 +168,16 @@ def _gathered(batches, rows: int) -> pl.DataFrame | None:
             if c in pieces:
                 pieces[c].append(s)
                 continue
-            values = s.to_numpy()  # a view, but for booleans (unpacked from bits): once
-            if c not in arrays:
-                arrays[c] = np.empty(rows, values.dtype)
-            arrays[c][off : off + height] = values
+            # piece by piece: a batch with a carried session comes in two chunks, and
+            # to_numpy of a chunked column first copies it whole (a view per chunk, but for
+            # booleans, unpacked from bits)
+            at = off
+            for piece in s.get_chunks():
+                values = piece.to_numpy()
+                if c not in arrays:
+                    arrays[c] = np.empty(rows, values.dtype)
+                arrays[c][at : at + values.size] = values
+                at += values.size
         off += height
     if off == 0:
         return None
