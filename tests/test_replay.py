@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -147,6 +148,9 @@ def test_resident_context_matches_an_event_by_event_walk(rows, batch):
         if k == 0 or resident > best[0]:
             best = (resident, min(active, batch))
     assert resident_context(calls, busy, batch) == best
+    # the merge's way: half of the finish times sorted on another thread, halves merged
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        assert resident_context(calls, busy, batch, pool=pool) == best
 
 
 @dataclass

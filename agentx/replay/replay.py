@@ -163,7 +163,8 @@ def merge_partials(parts, cfg: ServingConfig, kv_summary=None, arrivals=None) ->
         over_context=sum(p.over_context for p in parts),
     )
     # the quantiles (np.partition lets go of the GIL) run beside the HBM peak's sorts
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    # (two workers: one takes the quantiles, the other half of the sort of finish times)
+    with ThreadPoolExecutor(max_workers=2) as pool:
         latency_f = pool.submit(
             lambda: {
                 c: dict(zip(("p50", "p90", "p99"), quantiles(a, QUANTILES), strict=True))
@@ -171,7 +172,9 @@ def merge_partials(parts, cfg: ServingConfig, kv_summary=None, arrivals=None) ->
             }
         )
         arrived = arrivals() if arrivals is not None else None
-        resident = resident_context(calls, ttft + decode, cfg.decode_batch, arrived, reuse=True)
+        resident = resident_context(
+            calls, ttft + decode, cfg.decode_batch, arrived, reuse=True, pool=pool
+        )
     return replay_result(calls, cfg, totals, latency_f.result(), resident, kv_summary)
 
 

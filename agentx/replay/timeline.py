@@ -40,8 +40,9 @@ def arrivals(calls: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 
 def resident_context(
-    calls: pl.DataFrame, busy_s: np.ndarray, batch: int, arrived=None, reuse: bool = False
-) -> tuple[float, float]:
+    calls: pl.DataFrame, busy_s: np.ndarray, batch: int, arrived=None, reuse: bool = False,
+    pool=None,
+) -> tuple[float, float]:  # fmt: skip
     """(tokens, sequences) of KV resident in HBM at the busiest moment of the trace's timeline.
 
     A call holds its context (input + output tokens) from its arrival for ``busy_s`` (its
@@ -49,29 +50,40 @@ def resident_context(
     holds ``batch`` of them at the active mean context; the peak over all arrival/finish
     events is reported (at equal times finishes first, each set in trace order).
     ``arrived``: ``arrivals(calls)``, when made already; ``reuse``: ``busy_s`` (float64) may
-    be overwritten (with the finish times: one 8 B-per-call array less at the merge's peak).
+    be overwritten (with the finish times: one 8 B-per-call array less at the merge's peak);
+    ``pool``: an executor with a free worker, which sorts half of the finish times.
     """
     busy_s = np.asarray(busy_s, np.float64)
-    return peak_resident(_starts(calls), _tokens(calls), busy_s, batch, arrived, reuse)
+    return peak_resident(_starts(calls), _tokens(calls), busy_s, batch, arrived, reuse, pool)
 
 
 def peak_resident(
-    t0: np.ndarray, ctx, busy_s: np.ndarray, batch: int, arrived=None, reuse=False
+    t0: np.ndarray, ctx, busy_s: np.ndarray, batch: int, arrived=None, reuse=False, pool=None
 ) -> tuple[float, float]:
     """(tokens, sequences) of KV resident at the busiest moment (see ``resident_context``);
     ``ctx``: each call's context, or a tuple of arrays that add up to it.
 
     Events in time order, finishes before arrivals at equal times and each set in trace
-    order: a fast unstable argsort whose runs of equal times are put back in trace order
-    (the same permutation as a stable sort, at a third of its cost on 10 M calls), then one
-    merge pass over the gathered, contiguous arrays.
+    order. Each sort is a fast unstable argsort whose runs of equal times are put back in
+    trace order (the same permutation as a stable sort, at a third of its cost on 10 M
+    calls). The finish times are sorted (and their contexts gathered) in two halves of the
+    trace, on two cores with ``pool``; the merge pass takes the earlier head of the two at
+    each finish, the first half's at equal times (trace order).
     """
     if t0.size == 0:
         return 0.0, 0.0
     ctx = ctx if isinstance(ctx, tuple) else (ctx,)
     t0s, ctx0 = _sorted_with(t0, ctx) if arrived is None else arrived
-    t1s, ctx1 = _sorted_with(np.add(t0, busy_s, out=busy_s if reuse else None), ctx)
-    return _peak(t0s, ctx0, t1s, ctx1, float(batch))
+    t1 = np.add(t0, busy_s, out=busy_s if reuse else None)
+    h = t1.size // 2
+
+    def half(s: slice):
+        return _sorted_with(t1[s], tuple(p[s] for p in ctx))
+
+    later = pool.submit(half, slice(h, None)) if pool is not None else None
+    first = half(slice(0, h))
+    second = later.result() if later is not None else half(slice(h, None))
+    return _peak(t0s, ctx0, *first, *second, float(batch))
 
 
 def _starts(calls: pl.DataFrame) -> np.ndarray:
@@ -98,15 +110,26 @@ def _sorted_with(t: np.ndarray, parts: tuple, step: int = 1 << 20):
     return ts, out
 
 
-@numba.njit(cache=True, error_model="numpy")
-def _peak(t0s, ctx0, t1s, ctx1, batch):  # pragma: no cover (compiled)
-    n, i, j = t0s.size, 0, 0
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def _peak(t0s, ctx0, t1a, ctx1a, t1b, ctx1b, batch):  # pragma: no cover (compiled)
+    """The sweep over arrivals ``t0s``/``ctx0`` and the finishes of the trace's two halves
+    (``t1a``/``ctx1a`` of the first, ``t1b``/``ctx1b`` of the second), each in stable time
+    order: at equal times a finish comes before an arrival, and the first half's first."""
+    n, na, nb = t0s.size, t1a.size, t1b.size
+    i = a = b = 0
     active, tokens, best, best_seqs = 0.0, 0.0, -1.0, 0.0
-    while i < n or j < n:
-        if i == n or (j < n and t1s[j] <= t0s[i]):
+    while i < n or a < na or b < nb:
+        # the earlier head of the two halves (NaN, sorted last, after any number)
+        take_a = a < na and (b == nb or t1a[a] <= t1b[b] or t1b[b] != t1b[b])
+        t = t1a[a] if take_a else (t1b[b] if b < nb else 0.0)
+        if (a < na or b < nb) and (i == n or t <= t0s[i]):
             active -= 1.0
-            tokens -= ctx1[j]
-            j += 1
+            if take_a:
+                tokens -= ctx1a[a]
+                a += 1
+            else:
+                tokens -= ctx1b[b]
+                b += 1
         else:
             active += 1.0
             tokens += ctx0[i]
