@@ -3,6 +3,7 @@ resident-KV peak's tie order equals a stable sort's."""
 
 from __future__ import annotations
 
+import duckdb
 import numpy as np
 import polars as pl
 from hypothesis import given, settings
@@ -93,7 +94,7 @@ def test_calls_writer_codecs_per_column_kind(tmp_path):
     lz4 = ("LZ4_RAW", "LZ4")
     for g in range(md.num_row_groups):
         col = [md.row_group(g).column(j) for j in range(7)]
-        assert col[0].compression in lz4 and "DELTA_BINARY_PACKED" in col[0].encodings
+        assert col[0].compression in lz4 and "BYTE_STREAM_SPLIT" in col[0].encodings
         assert col[1].compression == col[5].compression == "UNCOMPRESSED"
         assert col[2].compression in lz4 and col[6].compression in lz4
         assert col[3].compression == "ZSTD" and "RLE_DICTIONARY" in col[3].encodings
@@ -103,6 +104,9 @@ def test_calls_writer_codecs_per_column_kind(tmp_path):
         assert [c.is_stats_set for c in col] == [True, False, False, True, False, True, False]
     back = pl.read_parquet(tmp_path / "c.parquet")
     assert back.equals(pl.concat([frame, frame.with_columns(prefill_time_s=pl.lit(2.0))]))
+    # agentx sql's DuckDB reads the split integers too
+    got = duckdb.sql(f"SELECT sum(input_tokens) FROM '{tmp_path / 'c.parquet'}'").fetchall()
+    assert got == [(2 * int(frame["input_tokens"].sum()),)]
 
 
 def test_session_ids_one_dictionary_entry_per_session():
