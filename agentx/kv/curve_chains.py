@@ -97,8 +97,11 @@ class _Sliding:
         self.a = self.b = 0
 
     def _add(self, lo: int, hi: int, sign: int) -> None:
+        # np.add.at costs the slice, not the calls (a bincount made three per-call arrays at
+        # every move: 0.27 s of a 1 M-call curve); integer adds, exact
         if hi > lo:
-            self.sums += sign * np.bincount(self.call[lo:hi], self.tok[lo:hi], self.n).astype(np.int64)  # fmt: skip
+            tok = self.tok[lo:hi]
+            np.add.at(self.sums, self.call[lo:hi], tok if sign > 0 else -tok)
 
     def move(self, a: int, b: int) -> np.ndarray:
         self._add(self.b, max(b, self.b), 1)
