@@ -47,6 +47,21 @@ MUTATIONS = {
         "block_hashes", r, pl.lit([1, 2], dtype=pl.List(pl.UInt64))
     ),
     "session elsewhere": lambda r: _at("session_id", r, pl.lit(TRACE.calls["session_id"][0])),
+    "null input": lambda r: _at("input_tokens", r, pl.lit(None, pl.Int64)),
+    "infinite think time": lambda r: _at("think_time_s", r, float("inf")),
+    # one row with block hashes in a trace without: the rules on hashes must still run there
+    "hash count off": lambda r: [
+        _at("block_size_tokens", r, 16),
+        _at("block_hashes", r, pl.lit([1], dtype=pl.List(pl.UInt64))),
+    ],
+    "hashes right": lambda r: [
+        _at("block_size_tokens", r, 16),
+        _at(
+            "block_hashes",
+            r,
+            pl.int_ranges((pl.col("input_tokens") + 15) // 16).cast(pl.List(pl.UInt64)),
+        ),
+    ],
 }
 
 

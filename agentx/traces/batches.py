@@ -113,7 +113,7 @@ class TraceBatches:
                 if whole is not None:
                     yield whole
         if carry is not None and carry.height:
-            yield self._checked(carry)
+            yield self._checked(carry, carry.get_column("session_id").rle_id())
         if self._names and self.run_names.len() != self.run_names.n_unique():
             raise NotValid  # a session's rows are not contiguous
 
@@ -122,19 +122,27 @@ class TraceBatches:
         sid = df.get_column("session_id")
         if sid.null_count():
             raise NotValid  # no session to cut at
-        differs = (sid != sid[-1]).to_numpy() if df.height else None
-        cut = int(differs.nonzero()[0][-1]) + 1 if differs is not None and differs.any() else 0
-        return (self._checked(df.slice(0, cut)) if cut else None), df.slice(cut)
+        if not df.height:
+            return None, df
+        # runs of equal neighbouring ids, numbered from 0 (rows of a session are contiguous,
+        # else the check at the end fails): the last run starts where its number first shows
+        run = sid.rle_id()
+        cut = int(run.search_sorted(run[-1], side="left"))
+        return (self._checked(df.slice(0, cut), run.slice(0, cut)) if cut else None), df.slice(cut)
 
-    def _checked(self, df: pl.DataFrame) -> pl.DataFrame:
+    def _checked(self, df: pl.DataFrame, run: pl.Series) -> pl.DataFrame:
         from agentx.limits import check
 
         check("calls", df.height, str(self.path))
         big = df.get_column("input_tokens").max()
         if big is not None and big > 0:
             check("call_tokens", big, f"{self.path}: row {int(df['input_tokens'].arg_max())}")
-        first = df.get_column("session_id").ne_missing(df.get_column("session_id").shift(1))
-        if _broken(df.with_columns(first.alias("_first"))):
+        r = run.to_numpy()
+        first = np.empty(r.size, np.bool_)
+        first[:1] = True
+        np.not_equal(r[1:], r[:-1], out=first[1:])
+        first = pl.Series("_first", first)
+        if _broken(df.with_columns(first)):
             raise NotValid
         before = sum(n.len() for n in self._names)
         self._names.append(df.get_column("session_id").filter(first))
@@ -147,35 +155,43 @@ class TraceBatches:
             for c in self.columns
         )
         if self.run_codes and "session_id" in self.columns:
-            code = (first.cast(pl.UInt32).cum_sum() - 1 + before).alias("session_id")
-            out = out.with_columns(code)
+            # the session's ordinal in the file: its run number in the batch, after the
+            # sessions of the batches before
+            out = out.with_columns((run + before).alias("session_id"))
         return out
 
 
 def _broken(df: pl.DataFrame) -> bool:
     """Whether any row breaks a rule of ``schema.validate`` (sessions contiguous within
     ``df``, ``_first`` marking each session's first row, so the per-session rules need no
-    group-by: call_index restarts at 0 and steps by 1, times never go back)."""
+    group-by: call_index restarts at 0 and steps by 1, times never go back). A rule that
+    needs a value of a column with none in ``df`` (a trace without block hashes or think
+    times) cannot hit and is not evaluated: 40 % of the checks' time on such a trace."""
+    if any(df.get_column(k.name).null_count() for k in S.COLUMNS if not k.nullable and k.name in df.columns):  # fmt: skip
+        return True
     c, first = pl.col, pl.col("_first")
     size = c("block_size_tokens")
-    needed = [k.name for k in S.COLUMNS if not k.nullable and k.name in df.columns]
+
+    def some(name: str) -> bool:
+        return df.get_column(name).null_count() < df.height
+
     rules = [
-        *(c(x).is_null() for x in needed),
         *(c(x) < 0 for x in S.COUNT_COLUMNS),
         ~c("t_start_s").is_finite(),
-        c("think_time_s").is_not_null()
-        & ((c("think_time_s") < 0) | ~c("think_time_s").is_finite()),
         c("reused_prefix_tokens") > c("input_tokens"),
         c("new_tokens") != c("input_tokens") - c("reused_prefix_tokens"),
-        size.is_not_null() & (size <= 0),
-        c("block_hashes").is_not_null() & size.is_null(),
-        c("block_hashes").is_not_null()
-        & (c("block_hashes").list.len() != (c("input_tokens") + size - 1) // size),
         pl.when(first)
         .then(c("call_index") != 0)
         .otherwise(c("call_index") != c("call_index").shift(1) + 1),
         ~first & (c("t_start_s") < c("t_start_s").shift(1)),
     ]
+    if some("think_time_s"):
+        rules.append((c("think_time_s") < 0) | ~c("think_time_s").is_finite())
+    if some("block_size_tokens"):
+        rules.append(size <= 0)
+    if some("block_hashes"):
+        hashes = c("block_hashes").is_not_null()
+        rules += [hashes & size.is_null(), hashes & (c("block_hashes").list.len() != (c("input_tokens") + size - 1) // size)]  # fmt: skip
     hit = df.select(pl.any_horizontal([r.fill_null(False) for r in rules]).any())
     return bool(hit.item())
 
