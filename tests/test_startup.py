@@ -79,3 +79,20 @@ def test_no_helper_starts_where_the_cache_holds_the_pricing_kernel():
     )
     warm.start(cfg, 2)  # cached now: nothing to compile elsewhere
     assert warm._helper is None
+
+
+def test_prepare_sets_up_numbas_target_on_a_thread_of_its_own():
+    # in a fresh process: before it, numba's CPU target has no implementation installed
+    code = (
+        "import threading\n"
+        "from numba.core.registry import cpu_target\n"
+        "from agentx import warm\n"
+        "ctx = cpu_target.target_context\n"
+        "before = len(ctx._registries)\n"
+        "warm.prepare()\n"
+        "[t.join() for t in threading.enumerate() if t.name == 'numba-target']\n"
+        "print(before, len(ctx._registries))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, after = map(int, out.stdout.split())
+    assert before == 0 and after > 0

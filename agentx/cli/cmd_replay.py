@@ -205,6 +205,7 @@ def command(
     writes = run_dir is not None and calls_mode != "none"
     # a first run compiles pricing on the other core while this one reads and places KV
     warm.start(cfg, min(rows, chunk_rows), parallel=not writes)
+    warm.prepare()
     # a trace too large for memory replays out of core (same results)
     streamed = load_scale == 1.0 and over_context == "warn" and interactivity is None
     streamed = streamed and rows > OUT_OF_CORE_ROWS
