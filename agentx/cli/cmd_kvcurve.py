@@ -115,6 +115,9 @@ def command(trace, hw, model_name, gpus, kv_precision, block_size_tokens, policy
         dram_bytes=None if dram_gb is None else dram_gb * GB,
         ssd_bytes=None if ssd_tb is None else ssd_tb * 1e12,
     )
+    from agentx import warm
+
+    warm.prepare()  # numba's target set up while the trace is read
     # the columns the KV model reads, every row validated; session ids as UInt32 codes
     tr = read_trace_columns(trace, [*TRACE_COLUMNS, *KV_COLUMNS], session_codes=True)
     max_block_refs = MAX_REFS if max_block_refs is None else max_block_refs
