@@ -14,12 +14,14 @@ import json
 import numpy as np
 import polars as pl
 import pytest
+from _mutations import CASES, MUTATIONS, TRACE, write_groups
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentx.catalog import load_catalog
 from agentx.cli import cli
+from agentx.errors import InputError
 from agentx.kv import TierCapacities, replay_tiers
 from agentx.replay import bounded as B
 from agentx.replay import make_config
@@ -123,6 +125,22 @@ def test_partitions_are_session_cuts(traces, rows):
     got = list(session_partitions(traces[2500], ["session_id", "call_index"], rows))
     assert [(o, f.height) for o, f in got] == session_cuts(df, rows)
     assert pl.concat([f for _, f in got]).equals(df.select("session_id", "call_index"))
+
+
+@settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(*CASES)
+def test_partitions_refuse_what_read_trace_refuses(tmp_path, kind, row, group, rows):
+    # a partition that breaks a rule sends the replay to the whole read, which words the error
+    p = tmp_path / "t.parquet"
+    write_groups(TRACE.calls.with_columns(MUTATIONS[kind](row)), p, group)
+    try:
+        want = read_trace(p).calls
+    except InputError:
+        with pytest.raises(NotStreamable):
+            list(session_partitions(p, list(TRACE_COLUMNS), rows))
+    else:
+        got = [f for _, f in session_partitions(p, list(TRACE_COLUMNS), rows)]
+        assert pl.concat(got).equals(want.select(TRACE_COLUMNS))
 
 
 @settings(max_examples=60, deadline=None)

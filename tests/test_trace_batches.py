@@ -5,77 +5,24 @@ and row-group layout; session codes keep the order of the ids."""
 from __future__ import annotations
 
 import polars as pl
-import pyarrow.parquet as pq
 import pytest
+from _mutations import CASES, MUTATIONS, TRACE, set_at, write_groups
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentx.errors import InputError
 from agentx.traces.batches import row_ranges
 from agentx.traces.io import read_trace, read_trace_columns
-from agentx.traces.synth import synthesize
 
-TRACE = synthesize(12, seed=5)
 COLS = ["session_id", "call_index", "agent_id", "t_start_s", "input_tokens", "block_hashes"]
-N = TRACE.calls.height
-
-
-def _write(df: pl.DataFrame, path, group_rows: int) -> None:
-    table = df.to_arrow().replace_schema_metadata(
-        {k.encode(): v.encode() for k, v in {"agentx.schema_version": "1", **TRACE.meta}.items()}
-    )
-    pq.write_table(table, path, row_group_size=group_rows, compression="zstd")
-
-
-def _at(col: str, row: int, value) -> pl.Expr:
-    return pl.when(pl.int_range(pl.len()) == row).then(value).otherwise(pl.col(col)).alias(col)
-
-
-MUTATIONS = {
-    "negative output": lambda r: _at("output_tokens", r, -1),
-    "nan time": lambda r: _at("t_start_s", r, float("nan")),
-    "time goes back": lambda r: _at("t_start_s", r, -5.0),
-    "reused over input": lambda r: _at("reused_prefix_tokens", r, pl.col("input_tokens") + 1),
-    "new tokens off": lambda r: _at("new_tokens", r, pl.col("new_tokens") + 1),
-    "call index gap": lambda r: _at("call_index", r, pl.col("call_index") + 1),
-    "null trigger": lambda r: _at("trigger", r, pl.lit(None, pl.String)),
-    "null source": lambda r: _at("source", r, pl.lit(None, pl.String)),
-    "null session": lambda r: _at("session_id", r, pl.lit(None, pl.String)),
-    "negative think time": lambda r: _at("think_time_s", r, -1.0),
-    "zero block size": lambda r: _at("block_size_tokens", r, 0),
-    "hashes without size": lambda r: _at(
-        "block_hashes", r, pl.lit([1, 2], dtype=pl.List(pl.UInt64))
-    ),
-    "session elsewhere": lambda r: _at("session_id", r, pl.lit(TRACE.calls["session_id"][0])),
-    "null input": lambda r: _at("input_tokens", r, pl.lit(None, pl.Int64)),
-    "infinite think time": lambda r: _at("think_time_s", r, float("inf")),
-    # one row with block hashes in a trace without: the rules on hashes must still run there
-    "hash count off": lambda r: [
-        _at("block_size_tokens", r, 16),
-        _at("block_hashes", r, pl.lit([1], dtype=pl.List(pl.UInt64))),
-    ],
-    "hashes right": lambda r: [
-        _at("block_size_tokens", r, 16),
-        _at(
-            "block_hashes",
-            r,
-            pl.int_ranges((pl.col("input_tokens") + 15) // 16).cast(pl.List(pl.UInt64)),
-        ),
-    ],
-}
 
 
 @settings(max_examples=120, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    st.sampled_from(sorted(MUTATIONS)),
-    st.integers(0, N - 1),
-    st.integers(1, N),
-    st.integers(1, N + 5),
-)
+@given(*CASES)
 def test_batched_read_accepts_and_refuses_as_read_trace(tmp_path, kind, row, group, batch):
     df = TRACE.calls.with_columns(MUTATIONS[kind](row))
     p = tmp_path / "t.parquet"
-    _write(df, p, group)
+    write_groups(df, p, group)
     try:
         want = read_trace(p)
     except InputError as err:
@@ -105,7 +52,7 @@ def test_session_codes_keep_the_order_of_the_ids(tmp_path, ids):
         [TRACE.calls.head(2).with_columns(session_id=pl.lit(s)) for s in ids], how="vertical"
     )
     p = tmp_path / "t.parquet"
-    _write(calls, p, 7)
+    write_groups(calls, p, 7)
     tr = read_trace_columns(p, ["session_id", "call_index"], batch_rows=5, session_codes=True)
     codes, want = tr.calls["session_id"], calls["session_id"]
     assert codes.dtype == pl.UInt32
@@ -117,7 +64,7 @@ def test_session_codes_keep_the_order_of_the_ids(tmp_path, ids):
 def test_unread_string_columns_are_checked_from_statistics(tmp_path):
     """A null trigger is refused without decoding trigger (its null count is in the file)."""
     p = tmp_path / "t.parquet"
-    _write(TRACE.calls.with_columns(_at("trigger", 3, pl.lit(None, pl.String))), p, 10)
+    write_groups(TRACE.calls.with_columns(set_at("trigger", 3, pl.lit(None, pl.String))), p, 10)
     with pytest.raises(InputError, match="field 'trigger': expected a value, got null"):
         read_trace_columns(p, ["session_id"])
 
@@ -127,6 +74,6 @@ def test_a_path_with_glob_characters_is_read_as_one_file(tmp_path):
 
     p = tmp_path / "runs[1]*" / "t?.parquet"
     p.parent.mkdir()
-    _write(TRACE.calls, p, 10)
+    write_groups(TRACE.calls, p, 10)
     frames = list(TraceBatches(p, ["session_id", "call_index"], batch_rows=16))
     assert pl.concat(frames).equals(TRACE.calls.select("session_id", "call_index"))

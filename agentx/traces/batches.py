@@ -131,17 +131,8 @@ class TraceBatches:
         return (self._checked(df.slice(0, cut), run.slice(0, cut)) if cut else None), df.slice(cut)
 
     def _checked(self, df: pl.DataFrame, run: pl.Series) -> pl.DataFrame:
-        from agentx.limits import check
-
-        check("calls", df.height, str(self.path))
-        big = df.get_column("input_tokens").max()
-        if big is not None and big > 0:
-            check("call_tokens", big, f"{self.path}: row {int(df['input_tokens'].arg_max())}")
-        r = run.to_numpy()
-        first = np.empty(r.size, np.bool_)
-        first[:1] = True
-        np.not_equal(r[1:], r[:-1], out=first[1:])
-        first = pl.Series("_first", first)
+        S.check_size(df, self.path)
+        first = first_rows(run)
         if _broken(df.with_columns(first)):
             raise NotValid
         before = sum(n.len() for n in self._names)
@@ -159,6 +150,39 @@ class TraceBatches:
             # sessions of the batches before
             out = out.with_columns((run + before).alias("session_id"))
         return out
+
+
+def first_rows(run: pl.Series) -> pl.Series:
+    """``_first``: where each run of ``run`` (``rle_id`` of the session ids) begins."""
+    r = run.to_numpy()
+    first = np.empty(r.size, np.bool_)
+    first[:1] = True
+    np.not_equal(r[1:], r[:-1], out=first[1:])
+    return pl.Series("_first", first)
+
+
+def refuses(df: pl.DataFrame) -> bool:
+    """Whether ``schema.validate`` refuses ``df`` (all schema columns; limits aside), as a
+    yes or no at a fraction of its cost: each run of equal session ids must be a session
+    of its own (no window over sessions), and no rule needs a column with no value (a
+    524,288-call frame: 0.015-0.03 s against 0.05-0.1 s)."""
+    for col in S.COLUMNS:
+        got = df.schema.get(col.name)
+        if got is None or (got != col.dtype and not isinstance(got, pl.Null)):
+            return True
+    if df.height == 0:
+        return False
+    # a column of null type (every value absent) is checked as the type it stands for
+    df = df.with_columns(
+        pl.col(c.name).cast(c.dtype) for c in S.COLUMNS if isinstance(df.schema[c.name], pl.Null)
+    )
+    sid = df.get_column("session_id")
+    if sid.null_count():
+        return True
+    run = sid.rle_id()
+    if int(run[-1]) + 1 != sid.n_unique():  # a session's rows are apart
+        return True
+    return _broken(df.with_columns(first_rows(run)))
 
 
 def _broken(df: pl.DataFrame) -> bool:

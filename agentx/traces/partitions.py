@@ -18,6 +18,7 @@ import polars as pl
 
 from agentx.errors import InputError
 from agentx.traces import schema as S
+from agentx.traces.batches import refuses
 
 
 class NotStreamable(Exception):
@@ -63,7 +64,11 @@ def session_partitions(
         if not validate:
             return frame.select(columns)
         try:
-            S.validate(frame, path)
+            if refuses(frame):  # a quick no, then the rule broken (or a limit passed) found
+                S.validate(frame, path)
+                raise NotStreamable(path)
+            if frame.height:
+                S.check_size(frame, path)
             sessions = compact(frame["session_id"].unique())
             if seen and pl.concat(seen).is_in(sessions.implode()).any():
                 raise NotStreamable(path)  # a session split across the file

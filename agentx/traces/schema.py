@@ -163,6 +163,17 @@ def _where(df: pl.DataFrame, i: int) -> str:
     return f"session '{df['session_id'][i]}' call {df['call_index'][i]}"
 
 
+def check_size(df: pl.DataFrame, path: object = "<trace>") -> None:
+    """The limits a frame of calls keeps (agentx.limits): how many calls, and each call's
+    tokens; ``LimitError`` names the file (and row) past one."""
+    from agentx.limits import check
+
+    check("calls", df.height, str(path))
+    big = df.get_column("input_tokens").max()
+    if big is not None and big > 0:
+        check("call_tokens", big, f"{path}: row {int(df['input_tokens'].arg_max())}")
+
+
 def validate(df: pl.DataFrame, path: object = "<trace>") -> None:
     """Raise ``InputError`` naming file, row, session/call and column at the first broken invariant."""
     for col in COLUMNS:
