@@ -7,6 +7,7 @@ import json
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
+from _mutations import CASES, MUTATIONS, TRACE, write_groups
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -148,3 +149,29 @@ def test_bad_rows_are_named_in_the_whole_file(tmp_path, small_synth):
     pq.write_table(df.head(0).to_arrow().replace_schema_metadata(meta), empty)
     with pytest.raises(InputError, match="expected at least one call to route, got none"):
         partition_stream(empty, tmp_path / "ds", 2, EXTRA)
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(*CASES)
+def test_batches_refuse_a_broken_row_as_read_trace_does(tmp_path, kind, row, group, rows):
+    # one rule broken in one row: the streamed batches refuse it with read_trace's words
+    # (the row counted in the whole file); a file read_trace takes comes back whole
+    p = tmp_path / "t.parquet"
+    write_groups(TRACE.calls.with_columns(MUTATIONS[kind](row)), p, group)
+    try:
+        want = read_trace(p).calls
+    except InputError as err:
+        if kind == "session elsewhere":  # apart across batches: the router's pass refuses it
+            try:
+                ids = [set(df["session_id"]) for _, df in session_batches(p, rows)]
+            except InputError as got:
+                assert str(got) == str(err)
+            else:
+                assert any(a & b for i, a in enumerate(ids) for b in ids[i + 1 :])
+            return
+        with pytest.raises(InputError) as got:
+            list(session_batches(p, rows))
+        assert str(got.value) == str(err)
+    else:
+        got = pl.concat([df for _, df in session_batches(p, rows)])
+        assert got.equals(want)
