@@ -65,3 +65,17 @@ CASES = (
     st.integers(1, N),
     st.integers(1, N + 5),
 )
+
+
+def broken_file(tmp_path, kind: str, row: int, group_rows: int):
+    """(path, what ``read_trace`` makes of it: the Trace, or the InputError it raises) of
+    ``TRACE`` with mutation ``kind`` at ``row``, in row groups of ``group_rows``."""
+    from agentx.errors import InputError
+    from agentx.traces.io import read_trace
+
+    path = tmp_path / "t.parquet"
+    write_groups(TRACE.calls.with_columns(MUTATIONS[kind](row)), path, group_rows)
+    try:
+        return path, read_trace(path)
+    except InputError as err:
+        return path, err

@@ -14,7 +14,7 @@ import json
 import numpy as np
 import polars as pl
 import pytest
-from _mutations import CASES, MUTATIONS, TRACE, write_groups
+from _mutations import CASES, broken_file
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -131,16 +131,13 @@ def test_partitions_are_session_cuts(traces, rows):
 @given(*CASES)
 def test_partitions_refuse_what_read_trace_refuses(tmp_path, kind, row, group, rows):
     # a partition that breaks a rule sends the replay to the whole read, which words the error
-    p = tmp_path / "t.parquet"
-    write_groups(TRACE.calls.with_columns(MUTATIONS[kind](row)), p, group)
-    try:
-        want = read_trace(p).calls
-    except InputError:
+    p, want = broken_file(tmp_path, kind, row, group)
+    if isinstance(want, InputError):
         with pytest.raises(NotStreamable):
             list(session_partitions(p, list(TRACE_COLUMNS), rows))
     else:
         got = [f for _, f in session_partitions(p, list(TRACE_COLUMNS), rows)]
-        assert pl.concat(got).equals(want.select(TRACE_COLUMNS))
+        assert pl.concat(got).equals(want.calls.select(TRACE_COLUMNS))
 
 
 @settings(max_examples=60, deadline=None)

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-from _mutations import CASES, MUTATIONS, TRACE, set_at, write_groups
+from _mutations import CASES, TRACE, broken_file, set_at, write_groups
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentx.errors import InputError
 from agentx.traces.batches import row_ranges
-from agentx.traces.io import read_trace, read_trace_columns
+from agentx.traces.io import read_trace_columns
 
 COLS = ["session_id", "call_index", "agent_id", "t_start_s", "input_tokens", "block_hashes"]
 
@@ -20,15 +20,11 @@ COLS = ["session_id", "call_index", "agent_id", "t_start_s", "input_tokens", "bl
 @settings(max_examples=120, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(*CASES)
 def test_batched_read_accepts_and_refuses_as_read_trace(tmp_path, kind, row, group, batch):
-    df = TRACE.calls.with_columns(MUTATIONS[kind](row))
-    p = tmp_path / "t.parquet"
-    write_groups(df, p, group)
-    try:
-        want = read_trace(p)
-    except InputError as err:
+    p, want = broken_file(tmp_path, kind, row, group)
+    if isinstance(want, InputError):
         with pytest.raises(InputError) as got:
             read_trace_columns(p, COLS, batch_rows=batch)
-        assert str(got.value) == str(err)
+        assert str(got.value) == str(want)
     else:
         got = read_trace_columns(p, COLS, batch_rows=batch)
         assert got.calls.equals(want.calls.select(COLS)) and got.meta == want.meta
