@@ -35,7 +35,7 @@ from agentx.fleet.partition import MANIFEST, _with_metadata
 from agentx.fleet.router import bounded_load_assign, check_routing, stable_hash
 from agentx.io import ParquetAppender, atomic_dir, decode_metadata, dumps_json, regular_file
 from agentx.traces import schema as S
-from agentx.traces.batches import refuses
+from agentx.traces.batches import validate as validate_frame
 
 STREAMED_ROUTERS = ("session",)
 BATCH_ROWS = 1 << 20  # rows read at a time (a batch grows to hold a session that spans more)
@@ -85,10 +85,7 @@ def _open(path) -> tuple[pq.ParquetFile, dict[str, str]]:
 def _checked(df: pl.DataFrame, path, offset: int, validate: bool) -> pl.DataFrame:
     if validate:
         try:
-            if refuses(df):  # a quick no, then schema.validate words what broke
-                S.validate(df, path)
-            else:
-                S.check_size(df, path)
+            validate_frame(df, path)
         except InputError as err:  # name the row in the whole file, not in the batch
             if err.row is not None and offset:
                 text = str(err).replace(f": row {err.row}: ", f": row {err.row + offset}: ", 1)

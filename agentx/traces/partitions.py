@@ -18,7 +18,7 @@ import polars as pl
 
 from agentx.errors import InputError
 from agentx.traces import schema as S
-from agentx.traces.batches import refuses
+from agentx.traces.batches import validate as validate_frame
 
 
 class NotStreamable(Exception):
@@ -64,11 +64,7 @@ def session_partitions(
         if not validate:
             return frame.select(columns)
         try:
-            if refuses(frame):  # a quick no, then the rule broken (or a limit passed) found
-                S.validate(frame, path)
-                raise NotStreamable(path)
-            if frame.height:
-                S.check_size(frame, path)
+            validate_frame(frame, path)
             sessions = compact(frame["session_id"].unique())
             if seen and pl.concat(seen).is_in(sessions.implode()).any():
                 raise NotStreamable(path)  # a session split across the file

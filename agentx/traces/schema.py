@@ -163,6 +163,14 @@ def _where(df: pl.DataFrame, i: int) -> str:
     return f"session '{df['session_id'][i]}' call {df['call_index'][i]}"
 
 
+def null_typed(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with each column of null type (every value absent) cast to the type it stands
+    for, so it is checked as that type."""
+    return df.with_columns(
+        pl.col(c.name).cast(c.dtype) for c in COLUMNS if isinstance(df.schema[c.name], pl.Null)
+    )
+
+
 def check_size(df: pl.DataFrame, path: object = "<trace>") -> None:
     """The limits a frame of calls keeps (agentx.limits): how many calls, and each call's
     tokens; ``LimitError`` names the file (and row) past one."""
@@ -191,10 +199,7 @@ def validate(df: pl.DataFrame, path: object = "<trace>") -> None:
     from agentx.limits import check
 
     check("calls", df.height, str(path))
-    # a column of null type (every value absent) is checked as the type it stands for
-    df = df.with_columns(
-        pl.col(c.name).cast(c.dtype) for c in COLUMNS if isinstance(df.schema[c.name], pl.Null)
-    )
+    df = null_typed(df)
     for col in COLUMNS:
         if not col.nullable:
             bad = df[col.name].is_null()
