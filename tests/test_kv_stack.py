@@ -282,21 +282,7 @@ def test_point_and_compressed_time_axes_give_the_same_stack(ids, n_calls, freed,
     Huge blocks make the point tree int64 (its int32 nodes could overflow)."""
     from agentx.kv import stack
 
-    ids = np.array(ids, np.int64)
-    n_calls = min(n_calls, ids.size)
-    cuts = np.linspace(0, ids.size, n_calls + 1).astype(np.int64)
-    per = np.diff(cuts)
-    z = np.zeros(n_calls, np.int64)
-    n_blocks = int(ids.max()) + 1
-    free = np.zeros(n_blocks, bool)
-    free[[f for f in freed if f < n_blocks]] = True
-    stream = BlockStream(
-        block_size_tokens=bs, row=np.arange(n_calls), ref_off=cuts, n_read=per // 2, write_pos=per // 2,
-        input_tokens=per * bs - 3, reused_tokens=(per // 2) * bs, ref_block=ids, n_blocks=n_blocks,
-        shared=np.zeros(n_blocks, bool), chain=z, agent=z, compaction=z.astype(bool),
-    )  # fmt: skip
-    kill_off = np.concatenate(([0, 0], np.full(n_calls - 1, 2))).astype(np.int64)[: n_calls + 1]
-    kill_blocks = ids[:2].copy()
+    stream, kill_off, kill_blocks, free = _calls_of(ids, n_calls, freed, bs)
     got = {}
     for points in (True, False):
         original = stack.point_axis
@@ -327,3 +313,52 @@ def test_namespace_top_hash_numpy_equals_the_kernel(calls):
     n_ns = int(ns.max()) + 1
     kernel = hashes._ns_top(flat, np.cumsum(lens) - lens, lens, ns, n_ns)
     np.testing.assert_array_equal(hashes.ns_top(flat, lens, ns, n_ns), kernel)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(0, 60), min_size=1, max_size=600),
+    st.integers(1, 40),
+    st.lists(st.integers(0, 60), max_size=12),
+    st.integers(1, 50),
+)
+def test_the_passes_in_batches_on_two_threads_give_the_one_batch_stack(ids, n_calls, freed, batch):
+    """Pass 1 in batches of calls beside pass 2 of the batch before (PASS1_REFS references a
+    batch, on two threads from 2 x PASS1_REFS references on; the segment table grown between
+    batches), with kills and freed blocks, gives the stack of one batch on one thread; and a
+    first batch that says "segments are long" takes the range pair, batch by batch, alike."""
+    from agentx.kv import stack
+
+    stream, kill_off, kill_blocks, free = _calls_of(ids, n_calls, freed, 16)
+    whole = stack.lru_stack(stream, kill_off, kill_blocks, free)
+    original = stack.PASS1_REFS, stack.point_axis
+    try:
+        stack.PASS1_REFS = batch
+        for points in (True, False):
+            stack.point_axis = lambda n_segs, n_refs, p=points: p
+            got = stack.lru_stack(stream, kill_off, kill_blocks, free)
+            for field in ("call", "ref0", "n", "dist_tokens", "final_dist_tokens", "last_ref"):
+                np.testing.assert_array_equal(getattr(got, field), getattr(whole, field))
+    finally:
+        stack.PASS1_REFS, stack.point_axis = original
+
+
+def _calls_of(ids, n_calls, freed, bs):
+    """A stream of ``ids`` cut into up to ``n_calls`` calls (half reads, half writes), the
+    ``freed`` blocks outside the LRU, and call 1 killing the first two ids: (stream,
+    kill_off, kill_blocks, free) for ``lru_stack``."""
+    ids = np.array(ids, np.int64)
+    n_calls = min(n_calls, ids.size)
+    cuts = np.linspace(0, ids.size, n_calls + 1).astype(np.int64)
+    per = np.diff(cuts)
+    z = np.zeros(n_calls, np.int64)
+    n_blocks = int(ids.max()) + 1
+    free = np.zeros(n_blocks, bool)
+    free[[f for f in freed if f < n_blocks]] = True
+    stream = BlockStream(
+        block_size_tokens=bs, row=np.arange(n_calls), ref_off=cuts, n_read=per // 2, write_pos=per // 2,
+        input_tokens=per * bs - 3, reused_tokens=(per // 2) * bs, ref_block=ids, n_blocks=n_blocks,
+        shared=np.zeros(n_blocks, bool), chain=z, agent=z, compaction=z.astype(bool),
+    )  # fmt: skip
+    kill_off = np.concatenate(([0, 0], np.full(n_calls - 1, 2))).astype(np.int64)[: n_calls + 1]
+    return stream, kill_off, ids[:2].copy(), free

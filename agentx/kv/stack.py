@@ -14,7 +14,9 @@ distance (proof in docs/kv-tiers.md). Pass 1 walks the references and cuts them 
 segments with a range-update/range-query Fenwick pair over just the segments' boundary times
 (coordinate-compressed, so the trees stay in cache): one query and two range moves per segment.
 When nearly every reference is its own segment (random-looking streams), compression would not
-shrink the tree: a plain one-column tree over every time, built as time goes, takes them all.
+shrink the tree: a plain one-column tree over every time, built as time goes, takes them all;
+then pass 2 of each batch of calls runs beside pass 1 of the next, on the other core
+(docs/kv-tiers.md).
 
 This module owns the driver (``lru_stack``: inputs, the choice of time axis, the result); the
 compiled passes live in ``agentx.kv.stack_passes``.
@@ -22,6 +24,7 @@ compiled passes live in ``agentx.kv.stack_passes``.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +43,7 @@ from agentx.kv.stack_passes import (
     S_SW,
     S_W,
     _distance_pass,
+    _point_final,
     _point_pass,
     _segment_pass,
 )
@@ -85,20 +89,12 @@ def lru_stack(stream: BlockStream, kill_off=None, kill_blocks=None, free=None) -
     if kill_off is None:
         kill_off = np.zeros(stream.n_calls + 1, np.int64)
         kill_blocks = np.zeros(0, np.int64)
-    segs, weight, last, kill_pos, kill_w = _segment_pass(
-        stream.ref_block,
-        stream.ref_off,
-        stream.n_read,
-        stream.write_pos,
-        stream.input_tokens,
-        stream.reused_tokens,
-        stream.block_size_tokens,
-        stream.n_blocks,
-        kill_off,
-        kill_blocks,
-        np.zeros(stream.n_blocks, np.bool_) if free is None else free,
-    )
-    if not point_axis(len(segs), stream.n_refs):
+    p1 = _Pass1(stream, kill_off, kill_blocks, free)
+    p1.run(p1.batch_end(0))  # the first batch says which pass 2 fits
+    if not point_axis(p1.ns, int(stream.ref_off[p1.k])):
+        while p1.k < stream.n_calls:  # in batches: the table grows at the rate so far
+            p1.run(p1.batch_end(p1.k))
+        segs, last, kill_pos, kill_w = p1.segs[: p1.ns], p1.last, p1.kill_pos, p1.kill_w
         old = segs[segs[:, S_DIST] >= 0]
         live = kill_pos >= 0
         coords = _unique(
@@ -117,11 +113,9 @@ def lru_stack(stream: BlockStream, kill_off=None, kill_blocks=None, free=None) -
             segs, kill_off, kill_pos, kill_w, coords, last, stream.ref_block.size
         )
     else:
-        # a node sums live weights, at most one per time: int32 nodes (half the memory
-        # walked) when no sum of them can overflow
-        small = stream.n_refs * int(np.abs(weight).max(initial=0)) < 1 << 31
-        pt = np.zeros(stream.n_refs + 2, np.int32 if small else np.int64)
-        final = _point_pass(segs, kill_off, kill_pos, kill_w, last, pt)
+        final = _point_passes(p1, stream, kill_off)
+        segs = p1.segs[: p1.ns]
+    weight, last = p1.weight, p1.last
     return StackResult(
         call=segs[:, S_CALL],
         ref0=segs[:, S_REF0],
@@ -134,6 +128,88 @@ def lru_stack(stream: BlockStream, kill_off=None, kill_blocks=None, free=None) -
         final_dist_tokens=final,
         last_ref=last,
     )
+
+
+PASS1_REFS = 1 << 19  # references per batch of pass 1 (beside pass 2 of the batch before)
+
+
+class _Pass1:
+    """Pass 1 (``_segment_pass``) in batches of calls, its state carried between them; the
+    segment table grows between batches (never while pass 2 reads it)."""
+
+    def __init__(self, stream: BlockStream, kill_off, kill_blocks, free) -> None:
+        self.s, self.kill_off, self.kill_blocks = stream, kill_off, kill_blocks
+        self.free = np.zeros(stream.n_blocks, np.bool_) if free is None else free
+        self.last = np.full(stream.n_blocks, -1, np.int64)
+        self.weight = np.zeros(stream.n_blocks, np.int64)
+        self.kill_pos = np.full(kill_blocks.size, -1, np.int64)
+        self.kill_w = np.zeros(kill_blocks.size, np.int64)
+        self.segs = np.empty((4 * stream.n_calls + 64, 9), np.int64)
+        self.k = self.ns = 0
+
+    def batch_end(self, k: int) -> int:
+        """The call after a batch of about PASS1_REFS references from call ``k`` (one call
+        at least)."""
+        off = self.s.ref_off
+        return max(k + 1, int(np.searchsorted(off, off[k] + PASS1_REFS, "right")) - 1)
+
+    def make_room(self, k1: int) -> None:
+        """Rows for the references of calls self.k..k1: grown once to what the rate so far
+        needs (a segment per few references, random ids: a row per reference)."""
+        s, need = self.s, self.ns + int(self.s.ref_off[k1] - self.s.ref_off[self.k])
+        if need <= self.segs.shape[0]:
+            return
+        done = max(int(s.ref_off[self.k]), 1)
+        if 8 * self.ns >= done:  # random ids: a row per reference
+            want = s.n_refs
+        else:  # the segments so far, projected to the end
+            want = max(2 * self.segs.shape[0], self.ns * s.n_refs // done * 9 // 8)
+        grown = np.empty((max(need, min(want, s.n_refs)) + 64, 9), np.int64)
+        grown[: self.ns] = self.segs[: self.ns]
+        self.segs = grown
+
+    def run(self, k1: int) -> None:
+        """Calls self.k..k1 through pass 1."""
+        k1 = min(k1, self.s.n_calls)
+        if k1 <= self.k:
+            return
+        self.make_room(k1)
+        s = self.s
+        self.ns = _segment_pass(
+            s.ref_block, s.ref_off, s.n_read, s.write_pos, s.input_tokens, s.reused_tokens,
+            s.block_size_tokens, self.kill_off, self.kill_blocks, self.free, self.last,
+            self.weight, self.kill_pos, self.kill_w, self.segs, self.k, k1, self.ns,
+        )  # fmt: skip
+        self.k = k1
+
+
+def _point_passes(p1: _Pass1, stream: BlockStream, kill_off) -> np.ndarray:
+    """Pass 2 over every time (``_point_pass``) batch by batch, each beside pass 1 of the next
+    batch on the other core (pass 1 only appends rows; pass 2 reads and fills earlier ones);
+    returns each block's final depth."""
+    # a node sums live weights, at most one per time: int32 nodes (half the memory walked)
+    # when no sum of them can overflow (a block's weight is at most the block size)
+    small = stream.n_refs * int(stream.block_size_tokens) < 1 << 31
+    pt = np.zeros(stream.n_refs + 2, np.int32 if small else np.int64)
+    st = np.zeros(3, np.int64)  # next segment, total weight, times built
+    n, done = stream.n_calls, 0  # calls through pass 2
+    pool = ThreadPoolExecutor(1) if stream.n_refs >= 2 * PASS1_REFS else None
+    try:
+        while done < n:
+            k0, ns0 = p1.k, p1.ns  # calls before k0 are cut: their rows are before ns0
+            k1 = p1.batch_end(k0) if k0 < n else k0
+            p1.make_room(k1)  # (while pass 2 is idle)
+            later = None
+            if k1 > k0:
+                later = pool.submit(p1.run, k1) if pool is not None else p1.run(k1)
+            _point_pass(p1.segs, ns0, kill_off, p1.kill_pos, p1.kill_w, pt, st, done, k0)
+            if pool is not None and later is not None:
+                later.result()
+            done = k0
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    return _point_final(pt, p1.last, st[1])
 
 
 def point_axis(n_segs: int, n_refs: int) -> bool:

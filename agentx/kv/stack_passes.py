@@ -59,26 +59,23 @@ def _prefix(tree, coords, i):  # pragma: no cover (compiled)
     return s1 * i - s2 + s3
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)  # a batch of calls beside pass 2 of the one before
 def _segment_pass(
-    ref_block, ref_off, n_read, write_pos, n_in, reused, bs, n_blocks, kill_off, kill_blocks, free
-):  # pragma: no cover
-    """Pass 1, per reference: cut the stream into segments (no distances needed for that)."""
-    last = np.full(n_blocks, -1, np.int64)
-    weight = np.zeros(n_blocks, np.int64)
-    kill_pos = np.full(kill_blocks.size, -1, np.int64)
-    kill_w = np.zeros(kill_blocks.size, np.int64)
-    cap = 4 * ref_off.size + 64
-    segs = np.empty((cap, 9), np.int64)
-    ns = 0
-    # the open segment lives in scalars; it is stored when the next one starts
-    o_call = o_ref0 = o_n = o_w = o_rt = o_read = o_first = o_old = o_sw = -1
-    for k in range(ref_off.size - 1):
+    ref_block, ref_off, n_read, write_pos, n_in, reused, bs, kill_off, kill_blocks, free, last,
+    weight, kill_pos, kill_w, segs, k0, k1, ns,
+):  # fmt: skip  # pragma: no cover
+    """Pass 1 over calls k0..k1-1, per reference: cut the stream into segments (no distances
+    needed for that), from row ``ns`` of ``segs`` (which has a row for each of their
+    references); returns the rows filled. Resumable: a segment never spans two calls, and
+    ``last``, ``weight`` and ``kill_*`` carry the state from one batch of calls to the next."""
+    for k in range(k0, k1):
         for q in range(kill_off[k], kill_off[k + 1]):
             b = kill_blocks[q]
             if last[b] >= 0:
                 kill_pos[q], kill_w[q] = last[b], 0 if free[b] else weight[b]
                 last[b] = -1
+        # the open segment lives in scalars; it is stored when the next one starts
+        o_ref0 = o_n = o_w = o_rt = o_read = o_first = o_old = o_sw = -1
         prev_b = -1
         prev_p = -1
         for r in range(ref_off[k], ref_off[k + 1]):
@@ -93,7 +90,7 @@ def _segment_pass(
             sw = 0 if free[b] else w  # free blocks sit outside the LRU (pinned elsewhere)
             rt = min(bs, reused[k] - j * bs) if is_read else 0
             if (
-                o_call == k
+                o_n > 0
                 and o_read == is_read
                 and o_w == w
                 and o_sw == sw
@@ -106,44 +103,18 @@ def _segment_pass(
                 o_n += 1
                 o_rt += rt
             else:
-                if o_call >= 0:
-                    if ns == cap:
-                        # grow once to what this rate needs: a segment per few references
-                        # (random ids) gets one row per reference, since a second grow would
-                        # copy the whole table and rows never written are never resident
-                        cap = (
-                            ref_block.size
-                            if 8 * ns >= r
-                            else min(
-                                max(2 * cap, ns * ref_block.size // r * 9 // 8), ref_block.size
-                            )
-                        ) + 64
-                        segs = _grow(segs, cap)
-                    _store(segs[ns], o_call, o_ref0, o_n, o_w, o_rt, o_read, o_first, o_old, o_sw)
+                if o_n > 0:
+                    _store(segs[ns], k, o_ref0, o_n, o_w, o_rt, o_read, o_first, o_old, o_sw)
                     ns += 1
-                o_call, o_ref0, o_n, o_w, o_rt, o_read, o_sw = k, r, 1, w, rt, is_read, sw
+                o_ref0, o_n, o_w, o_rt, o_read, o_sw = r, 1, w, rt, is_read, sw
                 o_first, o_old = (1 if p < 0 else 0), p
             last[b] = r
             prev_b = b
             prev_p = p
-    if o_call >= 0:
-        if ns == cap:
-            segs = _grow(segs, cap + 1)
-        _store(segs[ns], o_call, o_ref0, o_n, o_w, o_rt, o_read, o_first, o_old, o_sw)
-        ns += 1
-    # no trimming copy: the unused rows were never written, so they hold no memory
-    return segs[:ns], weight, last, kill_pos, kill_w
-
-
-@nb.njit(cache=True)
-def _grow(segs, cap):  # pragma: no cover (compiled)
-    # element by element: a slice assignment compiles numba's broadcast checks (2 s of a fresh
-    # install's first replay, benchmarks/bench_startup.py)
-    grown = np.empty((cap, segs.shape[1]), np.int64)
-    for i in range(segs.shape[0]):
-        for c in range(segs.shape[1]):
-            grown[i, c] = segs[i, c]
-    return grown
+        if o_n > 0:
+            _store(segs[ns], k, o_ref0, o_n, o_w, o_rt, o_read, o_first, o_old, o_sw)
+            ns += 1
+    return ns
 
 
 @nb.njit(cache=True, inline="always")
@@ -201,24 +172,24 @@ def _ppre(tree, i):  # pragma: no cover (compiled)
     return s
 
 
-@nb.njit(cache=True)
-def _point_pass(segs, kill_off, kill_pos, kill_w, last, pt):  # pragma: no cover
-    """``_distance_pass`` for random streams (nearly every reference its own segment): a plain
-    one-column Fenwick tree over every time (node t+1 for time t), with a run's blocks moved
-    as points (few and short here). Times arrive in order and nothing is ever added ahead of
-    now, so the tree is built as time goes: node t is written once, when time t comes, as its
-    weight plus its children's sums (all earlier, so recent and in cache), and a removal
-    walks up only to the last node built. This drops the walk of every append through
-    nodes of the future (2.2x fewer cycles on 5 M random ids). Same sums, same distances."""
-    si = 0
-    total = 0
-    built = 0  # nodes 1..built hold their sums; the next time to place is node built + 1
-    for k in range(kill_off.size - 1):
+@nb.njit(cache=True, nogil=True)  # beside pass 1 of the next batch of calls
+def _point_pass(segs, ns, kill_off, kill_pos, kill_w, pt, st, k0, k1):  # pragma: no cover
+    """``_distance_pass`` for random streams (nearly every reference its own segment), over
+    calls k0..k1-1 (their segments: rows st[0]..ns-1; ``st``: next row, total weight and
+    times built, carried from batch to batch): a plain one-column Fenwick tree over every
+    time (node t+1 for time t), with a run's blocks moved as points (few and short here).
+    Times arrive in order and nothing is ever added ahead of now, so the tree is built as time
+    goes: node t is written once, when time t comes, as its weight plus its children's sums
+    (all earlier, so recent and in cache), and a removal walks up only to the last node built.
+    This drops the walk of every append through nodes of the future (2.2x fewer cycles on 5 M
+    random ids). Same sums, same distances (``_point_final``: the depths at the end)."""
+    si, total, built = st[0], st[1], st[2]
+    for k in range(k0, k1):
         for q in range(kill_off[k], kill_off[k + 1]):
             if kill_pos[q] >= 0:
                 _pdrop(pt, kill_pos[q] + 1, -kill_w[q], built)
                 total -= kill_w[q]
-        while si < segs.shape[0] and segs[si, S_CALL] == k:
+        while si < ns and segs[si, S_CALL] == k:
             seg = segs[si]
             n, w, r, s_old = seg[S_N], seg[S_SW], seg[S_REF0], seg[S_OLD]
             if seg[S_DIST] >= 0:
@@ -237,6 +208,12 @@ def _point_pass(segs, kill_off, kill_pos, kill_w, last, pt):  # pragma: no cover
             built = r + n
             total += n * w
             si += 1
+    st[0], st[1], st[2] = si, total, built
+
+
+@nb.njit(cache=True)
+def _point_final(pt, last, total):  # pragma: no cover (compiled)
+    """Each block's stack depth after its last reference (-1: freed or never referenced)."""
     final = np.full(last.size, -1, np.int64)
     for b in range(last.size):
         if last[b] >= 0:
