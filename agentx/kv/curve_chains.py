@@ -21,6 +21,7 @@ from agentx.kv import chains, chains_result
 from agentx.kv.blocks import geometry
 from agentx.kv.chain_ops import A_CREATED, R_CALL, R_DIST, R_N, R_READ, R_RT, R_TOK
 from agentx.kv.curve import TIERS, check_grid, default_grid, link_sums
+from agentx.kv.jit import bisect
 from agentx.kv.tiers import TierCapacities
 from agentx.traces.io import Trace
 
@@ -72,9 +73,8 @@ def chain_curve(trace: Trace, cfg: ServingConfig, grid, caps: TierCapacities, bl
         # the ends: integer sums, exact in any order
         ssd, lower = _Sliding(call, tok, n_calls), _Sliding(call, tok, n_calls)
         for gi in np.argsort(grid, kind="stable"):
-            u = _upto(
-                keys, cum[1 + ti * len(grid) + gi]
-            )  # reads found in HBM, <= DRAM, <= SSD: groups up to u
+            # the reads found in HBM, at most in DRAM, at most on SSD: the groups before u
+            u = _upto(keys, cum[1 + ti * len(grid) + gi])
             i0, i1, i2 = c_at[u]
             lo, hi = (0, u[0], u[1])[ti], u[ti]
             created = never + int(c_tok[-1] - c_tok[u[2]])
@@ -114,18 +114,13 @@ def _group(rec, keys):  # pragma: no cover (compiled)
     d_r, call, tok = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
     j = 0
     for i in range(n):
-        d, lo, hi = rec[i, R_DIST], 0, keys.size
-        while lo < hi:  # how many keys are below d
-            mid = (lo + hi) >> 1
-            if keys[mid] < d:
-                lo = mid + 1
-            else:
-                hi = mid
-        tok_all[lo] += rec[i, R_TOK]
+        d = rec[i, R_DIST]
+        u = bisect(keys, d)  # how many keys are below d
+        tok_all[u] += rec[i, R_TOK]
         if rec[i, R_READ] == 1:
-            n_reads[lo] += 1
-            rt[lo] += rec[i, R_RT]
-            n_blk[lo] += rec[i, R_N]
+            n_reads[u] += 1
+            rt[u] += rec[i, R_RT]
+            n_blk[u] += rec[i, R_N]
             d_r[j], call[j], tok[j] = d, rec[i, R_CALL], rec[i, R_TOK]
             j += 1
     return tok_all, n_reads, rt, n_blk, d_r[:j], call[:j], tok[:j]

@@ -199,11 +199,11 @@ def _point_passes(p1: _Pass1, stream: BlockStream, kill_off) -> np.ndarray:
             k0, ns0 = p1.k, p1.ns  # calls before k0 are cut: their rows are before ns0
             k1 = p1.batch_end(k0) if k0 < n else k0
             p1.make_room(k1)  # (while pass 2 is idle)
-            later = None
-            if k1 > k0:
-                later = pool.submit(p1.run, k1) if pool is not None else p1.run(k1)
+            later = pool.submit(p1.run, k1) if pool is not None and k1 > k0 else None
+            if pool is None:
+                p1.run(k1)
             _point_pass(p1.segs, ns0, kill_off, p1.kill_pos, p1.kill_w, pt, st, done, k0)
-            if pool is not None and later is not None:
+            if later is not None:
                 later.result()
             done = k0
     finally:
