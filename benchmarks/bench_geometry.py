@@ -1,7 +1,8 @@
 """KV geometry and the per-call KV frame alone: CPU seconds and the memory they add.
 
 Run: ``python benchmarks/bench_geometry.py TRACE.parquet [--repeats 3]``. The trace is read as
-``agentx replay`` reads it (the columns pricing and the KV model use); then ``geometry`` (time
+``agentx replay`` reads it (the columns pricing and the KV model use); then the sort of the start
+times (numpy's and polars', agentx/kv/order.py), then ``geometry`` (time
 order, chains, block size, shared prefix) and ``finish_frame`` (time and energy per call, the
 columns put back in trace row order) run ``--repeats`` times each. Printed per step: CPU
 seconds (user + sys, the figure on a shared machine) min / median, wall min / median, and the
@@ -27,6 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from agentx.catalog import load_catalog  # noqa: E402
 from agentx.kv.blocks import geometry  # noqa: E402
+from agentx.kv.order import argsort  # noqa: E402
 from agentx.kv.tiers import finish_frame  # noqa: E402
 from agentx.replay.config import make_config  # noqa: E402
 from agentx.replay.replay import TRACE_COLUMNS  # noqa: E402
@@ -96,6 +98,13 @@ def main() -> None:
         f"read {tr.calls.height:,} calls in {time.perf_counter() - t0:.1f} s, RSS {rss_bytes() / 1e9:.2f} GB"
     )
     cfg = make_config(load_catalog(), "gb200", gpus=32)
+    # the time order's sort (agentx/kv/order.py): numpy's two sorts against polars'
+    t = tr.calls.get_column("t_start_s").to_numpy()
+    measure("np.argsort", lambda: np.argsort(t), args.repeats)
+    measure("  stable", lambda: np.argsort(t, kind="stable"), args.repeats)
+    measure("order.argsort", lambda: argsort(t), args.repeats)
+    measure("  half of it", lambda: argsort(t[: t.size // 2]), args.repeats)
+    measure("  np.argsort", lambda: np.argsort(t[: t.size // 2]), args.repeats)
     geometry(type(tr)(tr.calls.head(1000), tr.meta))  # compile / load the kernels
     g = measure("geometry", lambda: geometry(tr), args.repeats)
     print(

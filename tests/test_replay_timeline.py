@@ -35,6 +35,41 @@ def test_sorted_with_equals_a_stable_argsort(times):
     assert np.array_equal(twice, 2.0 * ctx[order])
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 12), max_size=400), st.integers(0, 2**32 - 1))
+def test_sorted_with_a_given_time_order_equals_its_own_sort(times, seed):
+    """The HBM peak's arrivals from the KV geometry's time order (ties by session and call,
+    here in any order) equal those from a sort of their own: the ties go back to row order."""
+    t = np.array(times, dtype=np.float64) / 4
+    ctx = np.arange(t.size, dtype=np.float64)
+    by_time = np.lexsort((np.random.default_rng(seed).permutation(t.size), t)).astype(np.int32)
+    given_order = by_time.copy()
+    ts, cs = _sorted_with(t, (ctx,), step=7, by_time=by_time)
+    order = np.argsort(t, kind="stable")
+    assert np.array_equal(ts, t[order]) and np.array_equal(cs, ctx[order])
+    assert np.array_equal(by_time, given_order)  # the caller's order is not changed
+
+
+special = st.sampled_from([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 5e-324])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(finite | special, max_size=300))
+def test_fast_argsort_with_ties_resorted_equals_a_stable_argsort(values):
+    """``order.argsort`` (polars' sort: numpy's AVX-512 argsort is microcoded on AMD Zen 4)
+    then ``resort_ties`` is numpy's stable argsort, NaN last and -0.0 equal to 0.0 included."""
+    from agentx.kv.order import argsort, resort_ties
+
+    t = np.array(values, dtype=np.float64)
+    order = argsort(t)
+    assert order.flags.writeable and order.dtype.kind == "u"
+    resort_ties(order, t[order])
+    want = np.argsort(t, kind="stable")
+    # NaNs never equal each other, so resort_ties leaves their run as the sort gave it
+    nan = np.isnan(t[want])
+    assert np.array_equal(order[~nan], want[~nan]) and np.isnan(t[order[nan]]).all()
+
+
 def test_quantiles_of_a_big_array_with_ties_equal_polars():
     rng = np.random.default_rng(7)
     a = np.round(rng.lognormal(0, 2, 100_003), 2)

@@ -90,8 +90,8 @@ def _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, 
         # chain kernel leaves idle, instead of at the end beside the writer and the quantiles
         pool, box = ThreadPoolExecutor(max_workers=1), []
 
-        def beside(calls=tr.calls):
-            box.append(pool.submit(arrivals, calls))
+        def beside(by_time, calls=tr.calls):
+            box.append(pool.submit(arrivals, calls, by_time))
             if fingerprint:
                 from agentx.io import prefetch_fingerprint
 

@@ -71,7 +71,9 @@ def replay_tiers(
     handed over: ``KV_ONLY_COLUMNS`` are dropped from ``trace.calls`` (in place) once the
     geometry is made, before the kernel runs. ``beside``: called once, when the chain
     kernel is about to run on one core (or at once where there is none), for a caller that
-    starts work of its own on the other (the kernel lets go of the GIL)."""
+    starts work of its own on the other (the kernel lets go of the GIL); with the calls' time
+    order (the geometry's ``row``, ties by session and call) where the kernel has one, else
+    with None."""
     caps = capacities or capacities_for(cfg)
     bpt = cfg.kv_bytes_per_token
     if policy == "lru" and write_policy == "write-through" and not has_hashes(trace):
@@ -79,7 +81,7 @@ def replay_tiers(
         with memory_guard(max_refs):
             return _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs, lazy, beside)  # fmt: skip
     if beside is not None:
-        beside()
+        beside(None)
     with memory_guard(max_refs):
         stream = build_blocks(
             trace, block_size_tokens, share_prefix=share_prefix, max_refs=max_refs
@@ -116,7 +118,7 @@ def _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs, 
             if c in trace.calls.columns:
                 trace.calls.drop_in_place(c)
     if beside is not None:
-        beside()
+        beside(g.row)
     acc, glob = chain_outcomes(g, caps.tokens(cfg.kv_bytes_per_token))
     g = _ChainFacts.of(g)  # the per-call geometry goes before the frame comes (10 M-call peak)
     if lazy:

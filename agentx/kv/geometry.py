@@ -24,6 +24,7 @@ import polars as pl
 from agentx.errors import InputError, UsageError
 from agentx.kv.budget import fit_block_size
 from agentx.kv.geometry_ops import assemble, keys_kernel
+from agentx.kv.order import argsort, resort_runs
 from agentx.traces.io import Trace
 
 ORDER = ("t_start_s", "session_id", "call_index")
@@ -126,9 +127,9 @@ def geometry(
             f"--block-size-tokens {bs} must be a multiple of the trace's {native}-token hash blocks"
         )
     t = df["t_start_s"].to_numpy()
-    # the time sort needs no key (numpy lets go of the GIL while it sorts): on the other core
+    # the time sort needs no key (polars lets go of the GIL while it sorts): beside the keys
     with ThreadPoolExecutor(max_workers=1) as pool:
-        by_time = pool.submit(np.argsort, t)
+        by_time = pool.submit(argsort, t)
         n_in, reused = _ints(df["input_tokens"]), _ints(df["reused_prefix_tokens"])
         bs, note = fit_block_size(n_in, reused, bs, use_hashes, max_refs)
         keys = call_keys(df, use_hashes)
@@ -234,44 +235,19 @@ def call_keys(df: pl.DataFrame, use_hashes: bool) -> CallKeys:
 def time_order(t: np.ndarray, session_of, call_index: pl.Series, row=None) -> np.ndarray:
     """Rows by (t, session, call_index), equal keys in row order (a stable multi-key sort):
     one float sort, then only the rows whose time another row shares are sorted again.
-    ``session_of(rows)``: the rows' session ranks; ``row``: ``np.argsort(t)`` when already
+    ``session_of(rows)``: the rows' session ranks; ``row``: ``order.argsort(t)`` when already
     made (it is re-sorted in place)."""
-    row = np.argsort(t) if row is None else row  # not stable: every tie is re-sorted below
+    row = argsort(t) if row is None else row  # not stable: every tie is re-sorted below
     # which sorted neighbours tie, a slice at a time (the sorted times are never whole)
     eq = np.empty(max(t.size - 1, 0), bool)
     for a in range(0, eq.size, TIE_STEP):
         ts = t[row[a : a + TIE_STEP + 1]]
         np.equal(ts[1:], ts[:-1], out=eq[a : a + TIE_STEP])
-    _resort(row, eq, lambda r: (call_index.gather(r).to_numpy(), session_of(r)))
-    return row.astype(np.int32) if t.size < 2**31 else row
+    resort_runs(row, eq, lambda r: (call_index.gather(r).to_numpy(), session_of(r)))
+    return row.astype(np.int32 if t.size < 2**31 else np.int64)
 
 
 TIE_STEP = 1 << 16
-
-
-def resort_ties(order: np.ndarray, ts: np.ndarray, keys=lambda r: ()) -> None:
-    """Put each run of equal sorted values ``ts`` of ``order`` back in order of ``keys(rows)``
-    (np.lexsort's order: last key most significant), then of row, in place: with one fast
-    unstable sort before it, a stable multi-key sort at a third of the cost."""
-    _resort(order, ts[1:] == ts[:-1], keys)
-
-
-def _resort(order: np.ndarray, eq: np.ndarray, keys) -> None:
-    """``resort_ties`` given ``eq`` (sorted value i+1 equals value i). Only the tied rows get
-    arrays of their own: a whole-length one would be pages touched once."""
-    if not eq.any():
-        return
-    member = np.zeros(eq.size + 1, bool)
-    member[1:] = eq
-    member[:-1] |= eq
-    pos = np.flatnonzero(member)
-    # a tied row opens its group unless it equals the row before it
-    opens = np.ones(pos.size, bool)
-    inner = pos > 0
-    opens[inner] = ~eq[pos[inner] - 1]
-    group = np.cumsum(opens)
-    r = order[pos]
-    order[pos] = r[np.lexsort((r, *keys(r), group))]
 
 
 def _chain_spt(keys: CallKeys, bs: int, share: bool) -> np.ndarray:
