@@ -22,6 +22,7 @@ from agentx.kv.blocks import geometry
 from agentx.kv.chain_ops import A_CREATED, R_CALL, R_DIST, R_N, R_READ, R_RT, R_TOK
 from agentx.kv.curve import TIERS, check_grid, default_grid, link_sums
 from agentx.kv.jit import bisect
+from agentx.kv.order import argsort
 from agentx.kv.tiers import TierCapacities
 from agentx.traces.io import Trace
 
@@ -57,7 +58,7 @@ def chain_curve(trace: Trace, cfg: ServingConfig, grid, caps: TierCapacities, bl
     # in time (np.add.at over them 3-4x faster than in record order); ties in any order
     # (viewed as np.int64: numba's arrays carry a dtype equal to numpy's but not it, which
     # sends np.add.at to its slow path: 6x slower)
-    order = np.argsort(d)
+    order = argsort(d)  # polars': numpy's is slow on AMD Zen 4 (agentx/kv/order.py)
     call, tok = call.view(np.int64)[order], tok.view(np.int64)[order]
     # cumulative over the groups: [u] is the sum over runs at most keys[u - 1] deep
     c_tok, c_at, c_rt, c_n = (np.concatenate(([0], np.cumsum(a))) for a in (tok_all, n_reads, rt, n_blk))  # fmt: skip
