@@ -34,6 +34,12 @@ _JEMALLOC_POLARS = "dirty_decay_ms:500,muzzy_decay_ms:1000"
 _JEMALLOC_OURS = "dirty_decay_ms:100,muzzy_decay_ms:0,background_thread:true"
 _user = os.environ.get("_RJEM_MALLOC_CONF", "").removeprefix(_JEMALLOC_POLARS).lstrip(",")
 os.environ["_RJEM_MALLOC_CONF"] = ",".join(filter(None, (_JEMALLOC_OURS, _user)))
+# numpy's OpenBLAS starts a thread per core when numpy is imported, and each spins for a while
+# before it sleeps: 0.1 CPU s of a 2-core machine's other core at every start (import numpy:
+# 0.21 against 0.11 CPU s with one thread, three runs each). No command multiplies matrices
+# on a hot path (calibrate's one least-squares fit is a few dozen rows). A user's own setting
+# wins.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 # An unexpected exception is a bug in agentx, not the user's fault: it still prints one line
 # (and exits 70, EX_SOFTWARE); AGENTX_DEBUG=1 shows the traceback for a bug report.
