@@ -55,19 +55,47 @@ special = st.sampled_from([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 5e-324
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(finite | special, max_size=300))
-def test_fast_argsort_with_ties_resorted_equals_a_stable_argsort(values):
-    """``order.argsort`` (polars' sort: numpy's AVX-512 argsort is microcoded on AMD Zen 4)
-    then ``resort_ties`` is numpy's stable argsort, NaN last and -0.0 equal to 0.0 included."""
-    from agentx.kv.order import argsort, resort_ties
+def test_fast_sorts_with_ties_resorted_equal_a_stable_argsort(values):
+    """``order.argsort`` (polars) and ``order.argsort_times`` (numpy's quicksort, or its stable
+    sort on AMD Zen 4), then ``resort_ties``, are numpy's stable argsort, NaN last, infinities
+    and -0.0 (equal to 0.0) included; ``order.sort`` sorts as numpy does."""
+    from agentx.kv import order
 
     t = np.array(values, dtype=np.float64)
-    order = argsort(t)
-    assert order.flags.writeable and order.dtype.kind == "u"
-    resort_ties(order, t[order])
     want = np.argsort(t, kind="stable")
-    # NaNs never equal each other, so resort_ties leaves their run as the sort gave it
     nan = np.isnan(t[want])
-    assert np.array_equal(order[~nan], want[~nan]) and np.isnan(t[order[nan]]).all()
+    for fast in (order.argsort, order.argsort_times):
+        got = fast(t)
+        assert got.flags.writeable and got.dtype.kind in "iu"
+        order.resort_ties(got, t[got])
+        # NaNs never equal each other, so resort_ties leaves their run as the sort gave it
+        assert np.array_equal(got[~nan], want[~nan]) and np.isnan(t[got[nan]]).all()
+    assert np.array_equal(order.sort(t), np.sort(t), equal_nan=True)
+
+
+def test_time_sort_kind_follows_the_cpu(tmp_path, monkeypatch):
+    """The stable sort on AMD family 25 with AVX-512 (Zen 4), the quicksort elsewhere."""
+    import builtins
+
+    from agentx.kv import order
+
+    real_open = builtins.open
+
+    def cpu(vendor, family, flags):
+        text = f"processor\t: 0\nvendor_id\t: {vendor}\ncpu family\t: {family}\nflags\t\t: {flags}\n\nprocessor\t: 1\n"
+        path = tmp_path / "cpuinfo"
+        path.write_text(text)
+        monkeypatch.setattr(
+            builtins,
+            "open",
+            lambda p, *a, **k: real_open(path if p == "/proc/cpuinfo" else p, *a, **k),
+        )
+        return order._microcoded_compress()
+
+    assert cpu("AuthenticAMD", 25, "fpu avx2 avx512f avx512bw")  # Zen 4
+    assert not cpu("AuthenticAMD", 25, "fpu avx2")  # Zen 3: no AVX-512
+    assert not cpu("AuthenticAMD", 26, "fpu avx2 avx512f")  # Zen 5
+    assert not cpu("GenuineIntel", 6, "fpu avx2 avx512f")
 
 
 def test_quantiles_of_a_big_array_with_ties_equal_polars():

@@ -24,7 +24,7 @@ import polars as pl
 from agentx.errors import InputError, UsageError
 from agentx.kv.budget import fit_block_size
 from agentx.kv.geometry_ops import assemble, keys_kernel
-from agentx.kv.order import argsort, resort_runs
+from agentx.kv.order import argsort_times, resort_runs
 from agentx.traces.io import Trace
 
 ORDER = ("t_start_s", "session_id", "call_index")
@@ -127,9 +127,9 @@ def geometry(
             f"--block-size-tokens {bs} must be a multiple of the trace's {native}-token hash blocks"
         )
     t = df["t_start_s"].to_numpy()
-    # the time sort needs no key (polars lets go of the GIL while it sorts): beside the keys
+    # the time sort needs no key (numpy lets go of the GIL while it sorts): on the other core
     with ThreadPoolExecutor(max_workers=1) as pool:
-        by_time = pool.submit(argsort, t)
+        by_time = pool.submit(argsort_times, t)
         n_in, reused = _ints(df["input_tokens"]), _ints(df["reused_prefix_tokens"])
         bs, note = fit_block_size(n_in, reused, bs, use_hashes, max_refs)
         keys = call_keys(df, use_hashes)
@@ -235,9 +235,9 @@ def call_keys(df: pl.DataFrame, use_hashes: bool) -> CallKeys:
 def time_order(t: np.ndarray, session_of, call_index: pl.Series, row=None) -> np.ndarray:
     """Rows by (t, session, call_index), equal keys in row order (a stable multi-key sort):
     one float sort, then only the rows whose time another row shares are sorted again.
-    ``session_of(rows)``: the rows' session ranks; ``row``: ``order.argsort(t)`` when already
+    ``session_of(rows)``: the rows' session ranks; ``row``: ``order.argsort_times(t)`` when already
     made (it is re-sorted in place)."""
-    row = argsort(t) if row is None else row  # not stable: every tie is re-sorted below
+    row = argsort_times(t) if row is None else row  # not stable: every tie is re-sorted below
     # which sorted neighbours tie, a slice at a time (the sorted times are never whole)
     eq = np.empty(max(t.size - 1, 0), bool)
     for a in range(0, eq.size, TIE_STEP):

@@ -28,9 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
-import polars as pl
 
 from agentx.kv.blocks import BlockStream
+from agentx.kv.order import sort
 
 # The kernel's segment table columns and the compiled passes: agentx.kv.stack_passes.
 from agentx.kv.stack_passes import (
@@ -223,9 +223,9 @@ def point_axis(n_segs: int, n_refs: int) -> bool:
 def _unique(x: np.ndarray) -> np.ndarray:
     """Sorted distinct values by sorting: numpy 2.4's ``np.unique`` (hash based without
     ``return_inverse``) took 12 s on the 21 M boundaries of a 1 M-call trace, a sort 0.6 s.
-    The sort is polars': numpy's is AVX-512 code that is microcoded on AMD Zen 4
-    (agentx/kv/order.py; 21 M random int64 there: 2.14-2.16 s against 0.50-0.53 s)."""
+    The sort is polars' (``order.sort``: numpy's is microcoded on AMD Zen 4; 21 M random
+    int64 there 2.14-2.16 s against 0.50-0.53 s)."""
     if not x.size:
         return x
-    x = pl.Series(x).sort().to_numpy()
+    x = sort(x)
     return x[np.concatenate(([True], x[1:] != x[:-1]))]

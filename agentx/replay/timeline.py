@@ -12,7 +12,7 @@ import numba
 import numpy as np
 import polars as pl
 
-from agentx.kv.order import argsort, resort_ties
+from agentx.kv.order import argsort_times, resort_ties
 
 QUANTILES = (0.5, 0.9, 0.99)
 
@@ -84,7 +84,7 @@ def peak_resident(
     ``ctx``: each call's context, or a tuple of arrays that add up to it.
 
     Events in time order, finishes before arrivals at equal times and each set in trace
-    order. Each sort is a fast one (``agentx.kv.order.argsort``) whose runs of equal times are
+    order. Each sort is a fast one (``agentx.kv.order.argsort_times``) whose runs of equal times are
     put back in trace order (the same permutation as a stable sort). The finish times are sorted (and their contexts gathered) in two halves of the
     trace, on two cores with ``pool``; the merge pass takes the earlier head of the two at
     each finish, the first half's at equal times (trace order).
@@ -119,7 +119,7 @@ def _sorted_with(t: np.ndarray, parts: tuple, step: int = 1 << 20, by_time=None)
     order, gathered a slice at a time: one permutation and no whole-length temporaries.
     ``by_time``: an order of ``t`` already made (ties in any order; not changed)."""
     # not stable: the ties are put back in trace order below
-    order = argsort(t) if by_time is None else by_time.copy()
+    order = argsort_times(t) if by_time is None else by_time.copy()
     ts = t[order]
     resort_ties(order, ts)  # permutes equal values only, so ``ts`` stays right
     out = np.empty(order.size)
