@@ -1,10 +1,10 @@
 """KV geometry and the per-call KV frame alone: CPU seconds and the memory they add.
 
 Run: ``python benchmarks/bench_geometry.py TRACE.parquet [--repeats 3]``. The trace is read as
-``agentx replay`` reads it (the columns pricing and the KV model use); then the sort of the start
-times (numpy's and polars', agentx/kv/order.py), then ``geometry`` (time
-order, chains, block size, shared prefix) and ``finish_frame`` (time and energy per call, the
-columns put back in trace row order) run ``--repeats`` times each. Printed per step: CPU
+``agentx replay`` reads it (the columns pricing and the KV model use); then the sorts of the
+start times (numpy's two and polars', agentx/kv/order.py), ``geometry`` (time order, chains,
+block size, shared prefix) and ``finish_frame`` (time and energy per call, the columns put
+back in trace row order) run ``--repeats`` times each. Printed per step: CPU
 seconds (user + sys, the figure on a shared machine) min / median, wall min / median, and the
 peak resident memory above what was resident before the step (an RSS probe sampling every
 2 ms, in one extra run). Figures only, no assertions.

@@ -235,9 +235,9 @@ def call_keys(df: pl.DataFrame, use_hashes: bool) -> CallKeys:
 def time_order(t: np.ndarray, session_of, call_index: pl.Series, row=None) -> np.ndarray:
     """Rows by (t, session, call_index), equal keys in row order (a stable multi-key sort):
     one float sort, then only the rows whose time another row shares are sorted again.
-    ``session_of(rows)``: the rows' session ranks; ``row``: ``order.argsort_times(t)`` when already
-    made (it is re-sorted in place)."""
-    row = argsort_times(t) if row is None else row  # not stable: every tie is re-sorted below
+    ``session_of(rows)``: the rows' session ranks; ``row``: ``order.argsort_times(t)`` when
+    already made (it is re-sorted in place)."""
+    row = argsort_times(t) if row is None else row  # ties in any order: re-sorted below
     # which sorted neighbours tie, a slice at a time (the sorted times are never whole)
     eq = np.empty(max(t.size - 1, 0), bool)
     for a in range(0, eq.size, TIE_STEP):

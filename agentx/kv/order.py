@@ -6,11 +6,12 @@ CPU has AVX-512, and that code writes each partition through ``vpcompressq`` to 
 microcoded at about 140 cycles on AMD Zen 4 (numpy/x86-simd-sort issue 6; numpy/numpy pull
 request 32690), the usual cloud EPYC (Genoa). Measured on one (benchmarks/bench_geometry.py,
 10 M start times of a synthetic trace, whose sessions are runs already in time order):
-``np.argsort`` 1.11-1.19 s, ``kind="stable"`` (timsort, which takes the runs as they are)
-0.83 s, polars' sort 0.46 s wall but 0.87 CPU s on two cores and 240 MB of pairs and buffers
-(a 10 M-call replay, five alternating runs: median 12.27 s with numpy's stable sort against
-12.59 s with polars', 12.24 s with the quicksort). Elsewhere the AVX-512 quicksort is the
-fast one: about a third of the stable sort's time on the same start times.
+``np.argsort`` 1.09-1.19 s, ``kind="stable"`` (timsort, which takes the runs as they are)
+0.81-0.83 s, polars' sort 0.46-0.48 s wall but 0.87-0.91 CPU s on two cores and 240 MB of
+pairs and buffers (a 10 M-call replay, five alternating runs each: median 11.33 s with
+numpy's stable sort against 11.74 s with polars'). On the VM of an earlier round (not Zen 4)
+the AVX-512 quicksort was the fast one: about a third of the stable sort's time on the same
+start times.
 
 So ``argsort_times`` (columns made of sorted runs) takes numpy's stable sort on Zen 4 and its
 quicksort elsewhere, and ``argsort`` / ``sort`` (values in no order: reuse distances, segment

@@ -84,10 +84,11 @@ def peak_resident(
     ``ctx``: each call's context, or a tuple of arrays that add up to it.
 
     Events in time order, finishes before arrivals at equal times and each set in trace
-    order. Each sort is a fast one (``agentx.kv.order.argsort_times``) whose runs of equal times are
-    put back in trace order (the same permutation as a stable sort). The finish times are sorted (and their contexts gathered) in two halves of the
-    trace, on two cores with ``pool``; the merge pass takes the earlier head of the two at
-    each finish, the first half's at equal times (trace order).
+    order. Each sort is ``agentx.kv.order.argsort_times`` (the kind fast on this CPU, stable
+    or not) whose runs of equal times are put back in trace order: the permutation of a
+    stable sort. The finish times are sorted (and their contexts gathered) in two halves of
+    the trace, on two cores with ``pool``; the merge pass takes the earlier head of the two
+    at each finish, the first half's at equal times (trace order).
     """
     if t0.size == 0:
         return 0.0, 0.0
@@ -118,7 +119,7 @@ def _sorted_with(t: np.ndarray, parts: tuple, step: int = 1 << 20, by_time=None)
     """``t`` sorted stably and the sum of ``parts`` (float64; exact below 2^53) in the same
     order, gathered a slice at a time: one permutation and no whole-length temporaries.
     ``by_time``: an order of ``t`` already made (ties in any order; not changed)."""
-    # not stable: the ties are put back in trace order below
+    # ties in any order (a quicksort, or the geometry's order): put back in trace order below
     order = argsort_times(t) if by_time is None else by_time.copy()
     ts = t[order]
     resort_ties(order, ts)  # permutes equal values only, so ``ts`` stays right
