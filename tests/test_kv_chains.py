@@ -83,6 +83,29 @@ def test_any_window_gives_the_same_outcomes(window, ssd):
     assert np.array_equal(acc, acc2) and np.array_equal(glob, glob2)
 
 
+@settings(max_examples=40)
+@given(
+    st.integers(0, 40),
+    st.sampled_from([64, 256, 4096]),
+    st.integers(4, 3000),
+    st.sampled_from([0.0, 1.0, 1e4, 1e5, 3e5, 1e6, 1e8]),
+    st.sampled_from([0.0, 1e5, 1e6, 1e9]),
+)
+def test_hbm_boundary_shortcut_equals_the_trees_distances(seed, bs, window, hbm, more):
+    """A block used again after the HBM boundary is called an HBM hit without a query of the
+    tree (chain_ops._slot_add); with records on (kv-curve) every run asks the tree. Both must
+    give every call the same outcome, through compactions (small windows) and at HBM
+    capacities from none to the whole trace."""
+    from agentx.kv.chains import ChainState, chain_pass
+
+    g = geometry(synthesize(10, seed=seed), bs)
+    caps = np.array([hbm, hbm + more, hbm + 2 * more + 1e6])
+    st_fast, acc = chain_pass(g, caps, window=window)
+    st_tree, acc_tree = chain_pass(g, caps, window=window, record=True)
+    assert isinstance(st_fast, ChainState) and st_tree.records().shape[0] > 0
+    assert np.array_equal(acc, acc_tree) and np.array_equal(st_fast.glob, st_tree.glob)
+
+
 @settings(max_examples=20)
 @given(trace_objects(max_sessions=5, max_calls_per_session=8), caps_st)
 def test_curve_point_sums_equal_the_per_call_frame(trace, caps):

@@ -39,7 +39,7 @@ import numpy as np
 
 from agentx.errors import CapacityError, UsageError
 from agentx.kv.blocks import Geometry
-from agentx.kv.chain_ops import CHUNK, NOW, REC, ROOM, _feed, fenwick
+from agentx.kv.chain_ops import CHUNK, NOW, REC, ROOM, SC_FIELDS, _feed, fenwick
 
 WINDOW = 1 << 20
 
@@ -74,7 +74,9 @@ class ChainState:
         self.wt = np.zeros(size, self.wdt)
         self.bf = np.zeros(size // CHUNK + 2, np.int64)  # Fenwick tree over chunk sums
         self.remap = np.empty(size, np.int32)  # compaction's renumbering buffer
-        self.sc = np.zeros(4, np.int64)  # now, window's total tokens, chunks in tree, rec rows
+        self.sc = np.zeros(
+            SC_FIELDS, np.int64
+        )  # now, total tokens, closed chunks, rec rows, B0, S0
         self.glob = np.zeros(5, np.int64)
 
     def grow(self, pool: int | None = None, n_shared: int | None = None) -> None:
