@@ -1,6 +1,7 @@
 """The CLI asks polars' allocator to give freed pages back within 100 ms (agentx/cli/__init__.py):
 its setting must come after polars' own default (later entries win), even when a parent
-process that imported polars passed that default down, and a user's own setting must win."""
+process that imported polars passed that default down, and a user's own setting must win.
+The same holds for OpenMP's idle threads and numpy's huge pages."""
 
 from __future__ import annotations
 
@@ -43,3 +44,20 @@ def test_importing_agentx_lets_idle_openmp_threads_sleep_unless_told_otherwise(i
     # agentx/__init__.py: numba's OpenMP workers spinning between parallel regions took the
     # core the writer and polars' reader need (a 10 M-call replay, ~0.7 CPU s)
     assert _after("OMP_WAIT_POLICY", inherited, "agentx") == want
+
+
+@pytest.mark.parametrize(("inherited", "want"), [(None, "False"), ("1", "True")])
+def test_the_cli_keeps_numpy_off_huge_pages_unless_told_otherwise(inherited, want):
+    # agentx/cli/__init__.py: first touches of huge pages cost 5x those of 4 KB pages on the
+    # VMs the replay is measured on; numpy reads the variable once, when first imported
+    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    if inherited is not None:
+        env["NUMPY_MADVISE_HUGEPAGE"] = inherited
+    code = (
+        "import agentx.cli, numpy\n"
+        "from numpy._core.multiarray import _get_madvise_hugepage\n"
+        "print(_get_madvise_hugepage())"
+    )
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == want

@@ -40,6 +40,17 @@ os.environ["_RJEM_MALLOC_CONF"] = ",".join(filter(None, (_JEMALLOC_OURS, _user))
 # on a hot path (calibrate's one least-squares fit is a few dozen rows). A user's own setting
 # wins.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# numpy asks for transparent huge pages on every array of 4 MB or more (madvise), and a huge
+# page is zeroed and backed 2 MB at once when first touched. On the 2-core VMs this project is
+# measured on (defrag "madvise": direct compaction on such a fault; the hypervisor takes freed
+# guest memory back, so first touches are the host's to back) that cost 1.2-1.7 s of system
+# time per 720 MB against 0.25 s with 4 KB pages (nine fresh 80 MB arrays filled, three runs
+# each). A 10 M-call replay with 4 KB pages: median 6.35 against 6.97 s, system time 2.6-3.0
+# against 3.0-5.0 s, user time 0.2-0.4 s more (six alternating runs each, byte-identical);
+# the chain kernel's random accesses lose nothing measurable (1.38-1.53 s either way). On a
+# bare-metal host with free huge pages the trade can go the other way: a user's own setting
+# (NUMPY_MADVISE_HUGEPAGE=1) wins.
+os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
 
 # An unexpected exception is a bug in agentx, not the user's fault: it still prints one line
 # (and exits 70, EX_SOFTWARE); AGENTX_DEBUG=1 shows the traceback for a bug report.
