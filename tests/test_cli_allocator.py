@@ -61,3 +61,33 @@ def test_the_cli_keeps_numpy_off_huge_pages_unless_told_otherwise(inherited, wan
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == want
+
+
+def test_out_of_core_replay_turns_numpy_huge_pages_back_on(tmp_path, sample_trace, monkeypatch):
+    # agentx.cli.recycled_pages: the out-of-core replay takes the same partitions' memory again
+    # and again, where huge pages mean fewer faults; the in-memory replay keeps them off, and a
+    # user's own NUMPY_MADVISE_HUGEPAGE stands either way
+    from click.testing import CliRunner
+    from numpy._core.multiarray import _get_madvise_hugepage, _set_madvise_hugepage
+
+    import agentx.cli as cli_module
+    import agentx.replay.outofcore as outofcore
+
+    def replay(out, rows):
+        monkeypatch.setattr(outofcore, "OUT_OF_CORE_ROWS", rows)
+        args = ["replay", str(sample_trace), "--hw", "gb200", "--no-kv-tiers", "-q", "-o", str(out)]
+        res = CliRunner().invoke(cli_module.cli, args)
+        assert res.exit_code == 0, res.output
+        return _get_madvise_hugepage()
+
+    was = _get_madvise_hugepage()
+    try:
+        monkeypatch.setattr(cli_module, "_USER_HUGEPAGE", False)
+        _set_madvise_hugepage(False)
+        assert replay(tmp_path / "in-memory", 10**9) is False
+        assert replay(tmp_path / "out-of-core", 10) is True
+        monkeypatch.setattr(cli_module, "_USER_HUGEPAGE", True)
+        _set_madvise_hugepage(False)
+        assert replay(tmp_path / "user", 10) is False
+    finally:
+        _set_madvise_hugepage(was)

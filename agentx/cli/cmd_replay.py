@@ -230,8 +230,11 @@ def command(
         calls_path = folder / "calls.parquet" if writes else None
         result = None
         if streamed:
+            from agentx.cli import recycled_pages
             from agentx.replay.outofcore import replay_file
             from agentx.traces.partitions import NotStreamable
+
+            recycled_pages()
 
             read = [*TRACE_COLUMNS, *(KV_COLUMNS if kv_tiers else ())]
             cols = calls_columns(calls_mode, read + list(_priced_columns(kv_tiers)))
