@@ -74,9 +74,8 @@ class ChainState:
         self.wt = np.zeros(size, self.wdt)
         self.bf = np.zeros(size // CHUNK + 2, np.int64)  # Fenwick tree over chunk sums
         self.remap = np.empty(size, np.int32)  # compaction's renumbering buffer
-        self.sc = np.zeros(
-            SC_FIELDS, np.int64
-        )  # now, total tokens, closed chunks, rec rows, B0, S0
+        # now, window's total tokens, chunks in tree, rec rows, HBM boundary (chain_ops B0, S0)
+        self.sc = np.zeros(SC_FIELDS, np.int64)
         self.glob = np.zeros(5, np.int64)
 
     def grow(self, pool: int | None = None, n_shared: int | None = None) -> None:

@@ -244,7 +244,7 @@ def time_order(t: np.ndarray, session_of, call_index: pl.Series, row=None) -> np
         ts = t[row[a : a + TIE_STEP + 1]]
         np.equal(ts[1:], ts[:-1], out=eq[a : a + TIE_STEP])
     resort_runs(row, eq, lambda r: (call_index.gather(r).to_numpy(), session_of(r)))
-    return row.astype(np.int32 if t.size < 2**31 else np.int64)
+    return row.astype(np.int32 if t.size < 2**31 else np.int64, copy=False)
 
 
 TIE_STEP = 1 << 16

@@ -76,10 +76,10 @@ def kv_capacity_sequences(cfg: ServingConfig, context_tokens, cap_tokens=None) -
     return np.maximum(1.0, np.floor(cap / np.maximum(np.asarray(context_tokens, float), 1.0)))
 
 
-def _passes(cfg: ServingConfig, b, ctx, spec: Speculation, fill=None):
+def _passes(cfg: ServingConfig, b, ctx, spec: Speculation, chunk=None):
     """The decode step (a verify pass of ``1 + d`` tokens per sequence plus ``d`` one-layer
-    MTP draft passes) of ``b`` sequences at context ``ctx``, and with ``fill`` = (decode
-    sequences, their context, chunk tokens, chunk sequences) also that mixed pass's time.
+    MTP draft passes) of ``b`` sequences at context ``ctx``, the plain decode pass, and with
+    ``chunk`` = (tokens, sequences) the decode pass that also carries that prefill chunk.
 
     One ``iteration_cost`` over the passes stacked on a new first axis: every operation in it
     is elementwise, so each pass is priced exactly as alone, for a third of the Python
@@ -88,8 +88,8 @@ def _passes(cfg: ServingConfig, b, ctx, spec: Speculation, fill=None):
     rows = [(b, ctx, 0.0, 0.0, 1.0)]  # a plain decode pass (what a draft pass is a layer of)
     if q != 1.0:
         rows.append((b, ctx, 0.0, 0.0, q))
-    if fill is not None:
-        rows.append((*fill, 1.0))
+    if chunk is not None:
+        rows.append((b, ctx, *chunk, 1.0))
     cols = np.empty((5, len(rows), *np.broadcast_shapes(*(np.shape(x) for r in rows for x in r))))
     for i, r in enumerate(rows):
         for j, x in enumerate(r):
@@ -101,7 +101,7 @@ def _passes(cfg: ServingConfig, b, ctx, spec: Speculation, fill=None):
         one, floor = time_s[0], got["floor_s"][0]
         L = cfg.model.num_layers
         t_d = t_d + spec.draft_tokens * ((one - floor) / L + floor / L)
-    return t_d, (time_s[-1] if fill is not None else None), time_s[0]
+    return t_d, time_s[0], (time_s[-1] if chunk is not None else None)
 
 
 def _decode_step(cfg, b, ctx, spec: Speculation):
@@ -147,12 +147,14 @@ def steady_state(
     B = N.copy()
     tpot = ttft_svc = X = rho = np.zeros_like(C)
     budget = float(cfg.prefill_chunk_tokens)
+    # a chunk's pass of its own (no decodes ride in it): the same every iteration
+    alone = None if mixed_prefill else iteration_time_s(cfg, 0.0, 0.0, chunk, 0.0, chunk / isl)
     for i in range(ITERATIONS):
-        # the decode step and a pass carrying a prefill chunk: with the decodes (their
-        # difference is the chunk's marginal cost) or alone
-        fill = (B, ctx, chunk, chunk / isl) if mixed_prefill else (0.0, 0.0, chunk, chunk / isl)
-        t_d, t_fill, t_plain = _passes(cfg, B, ctx, spec, fill)
-        extra = t_fill - t_plain if mixed_prefill else t_fill
+        if mixed_prefill:  # the chunk's marginal cost in a decode pass
+            t_d, t_plain, t_mixed = _passes(cfg, B, ctx, spec, (chunk, chunk / isl))
+            extra = t_mixed - t_plain
+        else:
+            t_d, extra = _decode_step(cfg, B, ctx, spec), alone
         X_est = N / np.maximum(ttft_svc + (osl - 1.0) * np.maximum(tpot, t_d / g), 1e-9)
         # Residual until requests are next admitted: one iteration, or the admission cadence
         # when other sequences keep the engine decoding (an idle engine admits at once).
