@@ -5,9 +5,9 @@ Plain script (no assertions): ``.venv/bin/python benchmarks/bench_replay.py [--c
 an end-to-end replay in a few seconds.
 
 ``--scale TRACE.parquet`` (issue 11) instead times whole commands on one trace, each as a
-ratio to a polars scan of the same file in the same run, with each command's peak RSS:
-``agentx replay`` (KV tiers on, --no-kv-tiers, --calls full), ``agentx kv-curve``; min and
-median wall and CPU (user + sys) of ``--repeats`` runs, and the load average. Stage by stage:
+ratio to a polars scan of the same file in the same round of runs, with each command's peak
+RSS: ``agentx replay`` (KV tiers on, --no-kv-tiers, --calls full), ``agentx kv-curve``; min
+and median wall and CPU (user + sys) of ``--repeats`` rounds, the CPU and the load average. Stage by stage:
 benchmarks/bench_replay_stages.py. Make the trace with ``agentx synth -o
 /tmp/s.parquet --calls 10000000``.
 """
@@ -113,6 +113,15 @@ def _child(cmd: list[str]) -> tuple[float, float, float]:
 
 
 def bench_scale(trace: Path, repeats: int, curve: bool = True) -> None:
+    """Each command ``repeats`` times, in rounds: a round runs every command once (the order
+    turned by one each round), and a command's ratio is to the scan of its own round. This
+    project's VMs drift: the same replay took 8 s and 12 s ten minutes apart (the host's
+    load), so commands timed in blocks, one after the other, compare different machines.
+    Each replay writes a new run folder, removed after it (outside its time): overwriting a
+    run would time the removal of the last one's 1 GB calls.parquet too."""
+    import shutil
+    import statistics
+
     import polars as pl
 
     scan = [
@@ -121,37 +130,62 @@ def bench_scale(trace: Path, repeats: int, curve: bool = True) -> None:
         f"import polars as pl; pl.scan_parquet({str(trace)!r}).collect()",
     ]
     agentx = [sys.executable, "-m", "agentx"]
+    hw = ["--hw", "gb200", "--gpus", "32"]
+    cases = {
+        "polars scan (whole file)": scan,
+        "replay, KV tiers": [*agentx, "replay", str(trace), *hw, "-q", "-o"],
+        "replay, KV tiers, --calls full": [
+            *agentx, "replay", str(trace), *hw, "-q", "--calls", "full", "-o",
+        ],
+        "replay --no-kv-tiers": [*agentx, "replay", str(trace), *hw, "--no-kv-tiers", "-q", "-o"],
+        "kv-curve (48 points)": [*agentx, "kv-curve", str(trace), *hw, "--json"],
+    }  # fmt: skip
+    if not curve:  # kv-curve still materializes the block stream (~18 GB at 10 M calls)
+        del cases["kv-curve (48 points)"]
+    n = pl.scan_parquet(trace).select(pl.len()).collect().item()
+    print(f"{trace}: {n:,} calls; {cpu_name()}; load average before: {os.getloadavg()}")
+    labels = list(cases)
+    runs: dict[str, list] = {k: [] for k in labels}
+    ratios: dict[str, list] = {k: [] for k in labels}
     with tempfile.TemporaryDirectory() as tmp:
-        run = str(Path(tmp) / "run")
-        hw = ["--hw", "gb200", "--gpus", "32"]
-        cases = {
-            "polars scan (whole file)": scan,
-            "replay, KV tiers": [*agentx, "replay", str(trace), *hw, "-q", "-o", run],
-            "replay, KV tiers, --calls full": [
-                *agentx, "replay", str(trace), *hw, "-q", "-o", run, "--calls", "full",
-            ],
-            "replay --no-kv-tiers": [*agentx, "replay", str(trace), *hw, "--no-kv-tiers", "-q", "-o", run],
-            "kv-curve (48 points)": [*agentx, "kv-curve", str(trace), *hw, "--json"],
-        }  # fmt: skip
-        if not curve:  # kv-curve still materializes the block stream (~18 GB at 10 M calls)
-            del cases["kv-curve (48 points)"]
-        n = pl.scan_parquet(trace).select(pl.len()).collect().item()
-        print(f"{trace}: {n:,} calls; load average before: {os.getloadavg()}")
-        floor = None
-        for label, cmd in cases.items():
-            runs = sorted(_child(cmd) for _ in range(repeats))
-            walls = [w for w, _, _ in runs]
-            cpus = sorted(c for _, _, c in runs)
-            best, med = walls[0], walls[len(walls) // 2]
-            floor = floor or best
-            rss = max(r for _, r, _ in runs)
-            print(
-                f"{label:<36} min {best:7.2f} s  median {med:7.2f} s  "
-                f"{best / floor:5.1f}x scan  {n / best / 1e6:6.2f} M calls/s  peak RSS {rss:5.2f} GB  "
-                f"CPU min {cpus[0]:6.2f} s median {cpus[len(cpus) // 2]:6.2f} s",
-                flush=True,
-            )
-        print(f"load average after: {os.getloadavg()}")
+        for r in range(repeats):
+            turn = labels[r % len(labels) :] + labels[: r % len(labels)]
+            walls = {}
+            for label in turn:
+                cmd = cases[label]
+                out = Path(tmp) / "run"
+                got = _child([*cmd, str(out)] if cmd[-1] == "-o" else cmd)
+                shutil.rmtree(out, ignore_errors=True)
+                runs[label].append(got)
+                walls[label] = got[0]
+            for label in labels:
+                ratios[label].append(walls[label] / walls[labels[0]])
+    floor = min(w for w, _, _ in runs[labels[0]])
+    for label in labels:
+        walls = sorted(w for w, _, _ in runs[label])
+        cpus = sorted(c for _, _, c in runs[label])
+        best, med = walls[0], statistics.median(walls)
+        rss = max(r for _, r, _ in runs[label])
+        print(
+            f"{label:<32} min {best:6.2f} s  median {med:6.2f} s  x scan: min/min {best / floor:4.1f}, "
+            f"median of rounds {statistics.median(ratios[label]):4.1f}  {n / best / 1e6:5.2f} M calls/s  "
+            f"peak RSS {rss:4.2f} GB  CPU min {cpus[0]:6.2f} s median {statistics.median(cpus):6.2f} s",
+            flush=True,
+        )
+    print(f"load average after: {os.getloadavg()}")
+
+
+def cpu_name() -> str:
+    """The CPU model, as /proc/cpuinfo names it (the ratios depend on it: the chain kernel
+    waits on memory, the scan on decoding)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "CPU unknown"
 
 
 if __name__ == "__main__":
