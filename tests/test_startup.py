@@ -96,3 +96,36 @@ def test_prepare_sets_up_numbas_target_on_a_thread_of_its_own():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     before, after = map(int, out.stdout.split())
     assert before == 0 and after > 0
+
+
+def test_the_helpers_input_is_handed_over_without_waiting_for_it(tmp_path, monkeypatch):
+    """The helper's input is more than a pipe holds, so a plain write would wait until the
+    helper reads it, after its imports. Here the helper reads only once the test lets it:
+    ``start`` must return before that (a blocking write never would), and the helper must
+    then get every byte."""
+    import pickle
+    import threading
+
+    from agentx import warm
+    from agentx.catalog import load_catalog
+    from agentx.replay import make_config
+    from agentx.replay.kernel import params
+
+    cfg = make_config(load_catalog(), "gb200", "kimi-k2")
+    flag, got = tmp_path / "go", tmp_path / "payload"
+    script = f"while [ ! -e {flag} ]; do sleep 0.01; done; cat > {got}"
+    popen = subprocess.Popen
+    monkeypatch.setattr(warm, "_helper", None)
+    monkeypatch.setattr(warm, "_cached", lambda dispatcher: False)
+    monkeypatch.setattr(warm.subprocess, "Popen", lambda cmd, **kw: popen(["sh", "-c", script], **kw))  # fmt: skip
+    starting = threading.Thread(target=warm.start, args=(cfg, 2))
+    starting.start()
+    starting.join(60)
+    returned = not starting.is_alive()
+    flag.touch()  # (let a blocked start finish too, then judge)
+    starting.join()
+    helper = warm._helper
+    assert helper is not None and helper.wait(60) == 0
+    assert returned
+    assert got.read_bytes() == pickle.dumps((*params(cfg), 2, True))
+    assert len(got.read_bytes()) > 65536  # more than a pipe holds: the case that waited
