@@ -276,3 +276,35 @@ def test_the_chunk_rows_default_is_the_librarys():
 
     option = next(p for p in command.params if p.name == "chunk_rows")
     assert option.default == CHUNK_ROWS
+
+
+def test_priced_memory_is_taken_again_only_when_nothing_refers_to_it():
+    """A partition's priced columns are written into recycled memory (PricedMemory): never
+    into memory a partition's rows (a view, a polars frame over it) still refer to."""
+    from agentx.replay.chunks import PricedMemory
+
+    m = PricedMemory(12)
+    a = m.take((2, 6))
+    a[:] = 1.0
+    b = m.take((2, 5))  # ``a`` is alive: other memory
+    assert not np.shares_memory(a, b) and (a == 1.0).all()
+    del a
+    c = m.take((3, 4))  # the first array again: nothing refers to it
+    assert np.shares_memory(c, m._ring[0]) and c.shape == (3, 4) and c.flags.c_contiguous
+    frame = pl.DataFrame({"x": c[0]})  # zero-copy: the frame refers to the memory
+    del b, c
+    d = m.take((2, 6))  # the second array; the first is the frame's
+    assert np.shares_memory(d, m._ring[1]) and not np.shares_memory(d, frame["x"].to_numpy())
+    e = m.take((1, 40))  # larger than any: a new array, the third kept
+    assert e.shape == (1, 40) and np.shares_memory(e, m._ring[2])
+    f = m.take((2, 6))  # all three referred to: a new array, not kept (at most RING)
+    assert not any(np.shares_memory(f, r) for r in m._ring) and len(m._ring) == m.RING == 3
+
+
+def test_partitions_held_at_once_keep_their_own_rows():
+    """Every partition's rows alive together (as a merge of full partials holds them): the
+    recycled memory must not be reused under them, so they equal the whole's rows."""
+    held = list(replay_chunks(TRACE.calls, CFG, KV.per_call, 50))
+    assert len(held) > 3
+    whole = replay_trace(TRACE, CFG, KV)
+    assert pl.concat([p.calls for p in held]).equals(whole.calls)

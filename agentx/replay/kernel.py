@@ -265,12 +265,19 @@ def kernel_for(calls: int, parallel: bool = True):
     return _price_parallel if parallel and calls >= PARALLEL_FROM_CALLS else _price_serial
 
 
-def price(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e, keep=None, parallel=True):
+def price(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e, keep=None, parallel=True,
+          into=None):  # fmt: skip
     """(columns (rows ``keep`` of the N_ROWS, default all, × calls), per-block stage sums
     (BLOCKS × 4 × len(KEYS)), which cover every row whatever ``keep``); ``parallel``: as in
-    ``kernel_for`` (the numbers are the same either way)."""
+    ``kernel_for`` (the numbers are the same either way); ``into``: a C-contiguous float64
+    array of the columns' shape to write them to (every value is written), else a new one."""
     fn = kernel_for(new.size, parallel)
     keep = np.arange(N_ROWS) if keep is None else np.asarray(keep, np.int64)
-    # numpy asks for huge pages; faulting in 1.8 GB (10 M calls) by 4 KB pages cost more than pricing
-    cols = np.empty((keep.size, new.size))
+    shape = (keep.size, new.size)
+    if into is None:
+        cols = np.empty(shape)
+    elif into.shape != shape or into.dtype != np.float64 or not into.flags.c_contiguous:
+        raise ValueError(f"into: a C-contiguous float64 array of shape {shape} is needed")
+    else:
+        cols = into
     return cols, fn(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e, cols, keep)

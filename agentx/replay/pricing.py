@@ -62,7 +62,7 @@ CALL_COLUMNS = (
 
 
 def price_calls(
-    cfg: ServingConfig, calls, kv=None, columns=CALL_COLUMNS, parallel: bool = True
+    cfg: ServingConfig, calls, kv=None, columns=CALL_COLUMNS, parallel: bool = True, into=None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-call ``columns`` (rows, of ``CALL_COLUMNS``, in that order) and stage totals
     (stage × ``KEYS``, of every column whichever are kept).
@@ -73,7 +73,8 @@ def price_calls(
     ``kv`` (per-call arrays from agentx.kv, optional): kv_recompute_tokens move from the
     reused prefix to the filled tokens (a call whose whole prefix is lost becomes a prefill);
     kv_transfer_time_s and kv_transfer_energy_j (reloads from DRAM/SSD) join the call's fill.
-    ``parallel``: as in ``agentx.replay.kernel.kernel_for``.
+    ``parallel``: as in ``agentx.replay.kernel.kernel_for``; ``into``: as in
+    ``agentx.replay.kernel.price``.
     """
     from agentx import warm
     from agentx.replay.kernel import params, price
@@ -93,7 +94,7 @@ def price_calls(
         xe = np.broadcast_to(_col(kv, "kv_transfer_energy_j", 0.0), n.shape).astype(np.float64)
     q, dtab, exp_tok = params(cfg)
     keep = [CALL_COLUMNS.index(c) for c in columns]
-    cols, sums = price(q, dtab, exp_tok, n, p, out, xt, xe, keep, parallel)
+    cols, sums = price(q, dtab, exp_tok, n, p, out, xt, xe, keep, parallel, into)
     return cols, sums.sum(axis=0)
 
 

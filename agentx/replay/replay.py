@@ -95,8 +95,9 @@ SLIM_COLUMNS = ("t_start_s", "input_tokens", "output_tokens", "ttft_s", "decode_
 
 
 def replay_partition(
-    calls: pl.DataFrame, cfg: ServingConfig, kv_calls=None, columns=CALL_COLUMNS, parallel=True
-) -> Partial:
+    calls: pl.DataFrame, cfg: ServingConfig, kv_calls=None, columns=CALL_COLUMNS, parallel=True,
+    into=None,
+) -> Partial:  # fmt: skip
     """Price one partition of a trace: the seam every engine (local streaming, Ray) calls.
 
     Pure function of its arguments. ``calls``: canonical trace rows (at least
@@ -108,10 +109,12 @@ def replay_partition(
     (docs/metrics.md). Combine partitions with ``merge_partials``. ``columns``: the priced
     columns the rows keep (``priced_columns``; the stage sums cover all of them anyway).
     ``parallel``: False where a writer thread needs the second core (``replay.kernel.kernel_for``).
+    ``into``: memory for the priced columns (``replay.kernel.price``), which the rows then
+    refer to (a driver that recycles it: ``agentx.replay.chunks``).
     """
     kv_calls = _kv_frame(kv_calls, calls.height)
     columns = priced_columns(columns)
-    cols, sums = price_calls(cfg, calls, kv_calls, columns, parallel)
+    cols, sums = price_calls(cfg, calls, kv_calls, columns, parallel, into)
     frame = pl.DataFrame(dict(zip(columns, cols, strict=True)))
     parts = [calls.select([c for c in TRACE_COLUMNS if c in calls.columns]), frame]
     if isinstance(kv_calls, pl.DataFrame):
