@@ -7,8 +7,8 @@ an end-to-end replay in a few seconds.
 ``--scale TRACE.parquet`` (issue 11) instead times whole commands on one trace, each as a
 ratio to a polars scan of the same file in the same round of runs, with each command's peak
 RSS: ``agentx replay`` (KV tiers on, --no-kv-tiers, --calls full), ``agentx kv-curve``; min
-and median wall and CPU (user + sys) of ``--repeats`` rounds, the CPU and the load average. Stage by stage:
-benchmarks/bench_replay_stages.py. Make the trace with ``agentx synth -o
+and median wall and CPU (user + sys) of ``--repeats`` rounds, the CPU and the load average.
+Stage by stage: benchmarks/bench_replay_stages.py. Make the trace with ``agentx synth -o
 /tmp/s.parquet --calls 10000000``.
 """
 
