@@ -12,6 +12,13 @@ them from the cache (tests/test_startup.py). Only where the cache has no pricing
 a helper that fails changes nothing but the time: the run compiles them itself, as before.
 ``prepare`` sets up numba's CPU target (once per process, 0.13 s) on a thread while the run
 reads its trace, cached kernels or not.
+
+A first run of a small trace (``INTERPRET_MAX_CALLS``) compiles nothing at all: ``interpret``
+turns numba off before the command imports its kernels, which then run as the Python they
+are written in (same bytes), and ``compile_later`` compiles them in a process of its own that
+outlives the run, for the next one. Compiling is what costs there: the sample's kernels run
+interpreted in less time than they take to compile, a hash-less trace's chain kernel in a
+tenth of it.
 """
 
 from __future__ import annotations
@@ -24,6 +31,16 @@ import sys
 import threading
 
 SETTLE_S = 120  # a helper still compiling after this is stopped: the run compiles in place
+# A first run of a trace this small, on a cold cache, runs its kernels as Python (``interpret``)
+# and leaves their compiling to a process in the background (``compile_later``): compiling
+# them costs more than running them. Intel Xeon VM, three alternating runs each: the bundled
+# sample (445 calls, 0.7 M block references) 6.0-9.6 s interpreted against 12.5-14.4 s
+# compiling; a hash-less 500-call `agentx synth` trace 5.5 s against 47.5 s (the chain
+# kernel alone compiles for ~25 s there). At 2,000 calls 13 s against ~40 s; at 20,000, 92 s.
+INTERPRET_MAX_CALLS = 1_000
+# True in the process's own command (agentx.cli.main), never in a caller's (a test, a library
+# user): only there may ``interpret`` turn numba off for the modules imported after it
+OWN_PROCESS = False
 
 _helper: subprocess.Popen | None = None
 
@@ -104,6 +121,109 @@ def _stop() -> None:
         helper.kill()
 
 
+def interpret(rows: int) -> bool:
+    """Whether this run, of a trace of ``rows`` calls, runs its kernels as Python: in the
+    process's own command, for 1..INTERPRET_MAX_CALLS calls, where numba's cache holds no
+    pricing kernel (every replay compiles it: a cold cache). Then numba compiles none of the
+    kernels in modules imported from here on (numba.config.DISABLE_JIT, read as a function is
+    decorated), and they give the same bytes (tests/test_startup.py). Call it before the
+    command imports them; ``compile_later`` then fills the cache for the next run."""
+    if (
+        not OWN_PROCESS
+        or not 0 < rows <= INTERPRET_MAX_CALLS
+        or "agentx.replay.kernel" in sys.modules
+    ):
+        return False
+    import numba
+
+    if numba.config.DISABLE_JIT or not _cold("agentx.replay.kernel", "_price"):
+        return False  # (numba off by the user: nothing to compile later either)
+
+    numba.config.DISABLE_JIT = True
+    return True
+
+
+def _cold(module: str, function: str) -> bool:
+    """Whether numba's cache holds no kernel of ``module.function`` (no index file), found
+    without importing ``module`` (where its kernels are compiled is fixed at import)."""
+    import glob
+
+    where = _cache_dir(module)
+    if where is None:  # take it as warm: compile, as before
+        return False
+    stem = module.rpartition(".")[2]
+    tag = f"py{sys.version_info[0]}{sys.version_info[1]}{getattr(sys, 'abiflags', '')}"
+    return not glob.glob(os.path.join(glob.escape(where), f"{stem}.{function}-*.{tag}.nbi"))
+
+
+def _cache_dir(module: str) -> str | None:
+    """The folder numba caches ``module``'s kernels in (None where that cannot be told)."""
+    import importlib.util
+
+    try:
+        from numba.core import caching
+
+        impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # numba >= 0.65: public
+        source = importlib.util.find_spec(module).origin
+
+        def probe():  # the locators read a function only for its line: any will do
+            pass
+
+        locators = (cls.from_function(probe, source) for cls in impl._locator_classes)
+        return next(loc for loc in locators if loc is not None).get_cache_path()
+    except Exception:  # noqa: BLE001 (another numba's internals)
+        return None
+
+
+def compile_later(module: str, params: dict) -> None:
+    """Run ``module``'s command again with ``params`` (its parsed parameters) in a process of
+    its own that outlives this one, with numba on and its output in a temporary folder: it
+    compiles into the cache the kernels this interpreted run did not. One at a time (a lock
+    file: a second exits at once); its failure changes nothing but the next run's time."""
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-P", "-m", "agentx.warm", "--later"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # not stopped with this run's terminal (Ctrl-C)
+        )
+        child.stdin.write(pickle.dumps((module, params)))
+        child.stdin.close()
+    except OSError:  # no process to spare: the next run compiles
+        pass
+
+
+def lock_path() -> str:
+    """The lock file ``compile_later``'s process holds while it compiles: one per cache."""
+    import tempfile
+
+    where = _cache_dir("agentx.replay.kernel") or tempfile.gettempdir()
+    return os.path.join(where, "agentx-compile.lock")
+
+
+def _later(module: str, params: dict) -> None:
+    import fcntl
+    import importlib
+    import tempfile
+    from pathlib import Path
+
+    import click
+
+    with open(lock_path(), "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # another one compiles
+            return
+        command = importlib.import_module(module).command
+        with tempfile.TemporaryDirectory(prefix="agentx-compile-") as tmp:
+            if params.get("run_dir") is not None:
+                params = {**params, "run_dir": Path(tmp) / "run"}
+            with click.Context(command) as ctx:
+                quiet = {k: True for k in ("quiet", "as_json") if k in params}  # nothing said
+                ctx.invoke(command.callback, **{**params, **quiet})
+
+
 def _cached(dispatcher) -> bool:
     """Whether numba's cache holds kernels of ``dispatcher``'s function (its index file)."""
     try:
@@ -134,4 +254,7 @@ def _compile(q, dtab, exp_tok, calls: int, parallel: bool = True) -> None:
 
 
 if __name__ == "__main__":
-    _compile(*pickle.load(sys.stdin.buffer))
+    if sys.argv[1:] == ["--later"]:
+        _later(*pickle.load(sys.stdin.buffer))
+    else:
+        _compile(*pickle.load(sys.stdin.buffer))

@@ -129,3 +129,128 @@ def test_the_helpers_input_is_handed_over_without_waiting_for_it(tmp_path, monke
     assert returned
     assert got.read_bytes() == pickle.dumps((*params(cfg), 2, True))
     assert len(got.read_bytes()) > 65536  # more than a pipe holds: the case that waited
+
+
+# A run as the `agentx` command runs (agentx.cli.main with no argv: the process's own command),
+# printing afterwards whether its pricing kernel was interpreted (a plain function) or compiled.
+OWN_RUN = (
+    "import sys\n"
+    "from agentx.cli import main\n"
+    "sys.argv[0] = 'agentx'\n"
+    "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+    "from agentx.replay import kernel\n"
+    "print('kernel', type(kernel._price_serial).__name__)\n"
+)
+
+
+def _wait_for_compile_later(cache_dir, timeout_s=240.0):
+    """Until compile_later's process has filled the cache and let go of its lock."""
+    import fcntl
+    import glob
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        lock = glob.glob(os.path.join(glob.escape(str(cache_dir)), "**", "agentx-compile.lock"), recursive=True)  # fmt: skip
+        priced = glob.glob(os.path.join(glob.escape(str(cache_dir)), "**", "kernel._price-*.nbi"), recursive=True)  # fmt: skip
+        if lock and priced:
+            with open(lock[0]) as f:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return
+                except OSError:
+                    pass
+        time.sleep(0.2)
+    raise AssertionError("compile_later's process did not finish")
+
+
+def test_a_first_run_of_a_small_trace_is_interpreted_and_compiles_for_the_next(tmp_path):
+    sample = os.path.join(REPO, "traces", "sample", "weka-sample.parquet")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+
+    def run(out):
+        cmd = [sys.executable, "-P", "-c", OWN_RUN, "replay", sample, "--hw", "gb200", "-q", "-o", str(out)]  # fmt: skip
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, check=True)  # fmt: skip
+        return done.stdout.splitlines()[-1]
+
+    assert run(tmp_path / "first") == "kernel function"  # cold cache: interpreted
+    _wait_for_compile_later(tmp_path / "numba")
+    assert run(tmp_path / "second") == "kernel CPUDispatcher"  # compiled for it, in the cache
+    for name in ("calls.parquet", "summary.json", "stages.parquet", "footprint.parquet"):
+        assert (tmp_path / "first" / name).read_bytes() == (tmp_path / "second" / name).read_bytes()  # fmt: skip
+
+
+def test_interpreted_kernels_give_the_compiled_bytes_on_a_hash_less_trace(tmp_path):
+    # synthetic traces carry no block hashes: their KV outcome is the chain kernel's
+    from click.testing import CliRunner
+
+    from agentx.cli import cli
+    from agentx.traces.io import write_trace
+    from agentx.traces.synth import synthesize
+
+    trace = tmp_path / "t.parquet"
+    write_trace(synthesize(8, seed=5), trace)
+    args = ["replay", str(trace), "--hw", "h200", "--gpus", "16", "--calls", "full", "-q", "-o"]
+    env = {**os.environ, "NUMBA_DISABLE_JIT": "1"}
+    cmd = [sys.executable, "-P", "-c", OWN_RUN, *args, str(tmp_path / "interpreted")]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, check=True)
+    assert out.stdout.splitlines()[-1] == "kernel function"
+    assert CliRunner().invoke(cli, [*args, str(tmp_path / "compiled")]).exit_code == 0
+    for name in ("calls.parquet", "summary.json", "stages.parquet", "footprint.parquet"):
+        want = (tmp_path / "compiled" / name).read_bytes()
+        assert (tmp_path / "interpreted" / name).read_bytes() == want, name
+
+
+def test_only_the_processs_own_command_of_a_small_trace_is_interpreted(monkeypatch):
+    import numba
+
+    from agentx import warm
+
+    assert not warm.OWN_PROCESS  # a caller's command (this test's) compiles, always
+    assert not warm.interpret(10)
+    monkeypatch.setattr(warm, "OWN_PROCESS", True)
+    # pricing's module is imported here: what numba does with it is fixed already
+    assert not warm.interpret(10)
+    monkeypatch.delitem(sys.modules, "agentx.replay.kernel")
+    monkeypatch.setattr(warm, "_cold", lambda module, function: True)
+    monkeypatch.setattr(numba.config, "DISABLE_JIT", False)
+    assert not warm.interpret(0) and not warm.interpret(warm.INTERPRET_MAX_CALLS + 1)
+    assert not numba.config.DISABLE_JIT
+    assert warm.interpret(warm.INTERPRET_MAX_CALLS)
+    assert numba.config.DISABLE_JIT  # (monkeypatch puts it back)
+
+
+def test_a_cold_cache_is_one_without_the_pricing_kernels_index(tmp_path, monkeypatch):
+    import glob
+
+    import numba
+
+    from agentx import warm
+    from agentx.replay import kernel
+
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path))
+    assert warm._cold("agentx.replay.kernel", "_price")
+    # the index file numba itself writes for the kernel, in that folder (a cache object of
+    # its own: the kernel's reads CACHE_DIR as it was when made)
+    from numba.core.caching import FunctionCache
+
+    index = FunctionCache(kernel._price_serial.py_func)._cache_file._index_path
+    assert index.startswith(str(tmp_path))
+    os.makedirs(os.path.dirname(index), exist_ok=True)
+    open(index, "wb").close()
+    assert not warm._cold("agentx.replay.kernel", "_price")
+    assert glob.glob(os.path.join(glob.escape(str(tmp_path)), "**", "*.nbi"), recursive=True) == [index]  # fmt: skip
+
+
+def test_a_second_compile_later_exits_while_one_compiles(tmp_path, monkeypatch):
+    import fcntl
+
+    from agentx import warm
+
+    monkeypatch.setattr(warm, "lock_path", lambda: str(tmp_path / "agentx-compile.lock"))
+    with open(warm.lock_path(), "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # a module that is not a command: the call fails if it gets past the lock
+        warm._later("agentx.no_such_module", {})
+    with pytest.raises(ModuleNotFoundError):
+        warm._later("agentx.no_such_module", {})

@@ -263,6 +263,10 @@ def main(argv: list[str] | None = None) -> None:
     # them) then costs ~7 % of a 3 s command (perf: gc_collect_main). Cycles are still
     # collected, just in larger steps.
     gc.set_threshold(100_000, 50, 100)
+    if argv is None:  # the process's own command: a first run may interpret its kernels
+        from agentx import warm
+
+        warm.OWN_PROCESS = True
     try:
         cli.main(args=argv, prog_name="agentx")
     finally:

@@ -140,6 +140,21 @@ def command(
     Stages: prefill, midfill (fill onto a cached prefix), decode attention, decode experts.
     Column definitions: docs/metrics.md.
     """
+    from agentx import warm
+    from agentx.traces.partitions import trace_rows
+
+    fleet = dict(replicas=replicas, gpus_total=gpus_total, router=router, balance_eps=balance_eps,
+                 overlap_weight=overlap_weight, store_gb=store_gb, store_gbps=store_gbps,
+                 engine=engine, ray_address=ray_address, max_block_refs=max_block_refs)  # fmt: skip
+    fleet_run = (
+        trace.is_dir()
+        or any(fleet[k] is not None for k in ("replicas", "gpus_total", "router"))
+        or (engine != "local" or store_gb is not None)
+    )
+    rows = 0 if fleet_run else trace_rows(trace) or 0
+    # a first run of a small trace on a cold cache runs its kernels as Python (before they are
+    # imported) while a process of its own compiles them for the next run (agentx/warm.py)
+    interpreted = warm.interpret(rows)
     from agentx.catalog import load_catalog
     from agentx.replay.chunks import replay_chunks
     from agentx.replay.config import engine_note, make_config
@@ -177,14 +192,7 @@ def command(
     )
     if (note := engine_note(cfg)) and not quiet:
         click.echo(f"note: {note}", err=True)
-    fleet = dict(replicas=replicas, gpus_total=gpus_total, router=router, balance_eps=balance_eps,
-                 overlap_weight=overlap_weight, store_gb=store_gb, store_gbps=store_gbps,
-                 engine=engine, ray_address=ray_address, max_block_refs=max_block_refs)  # fmt: skip
-    if (
-        trace.is_dir()
-        or any(fleet[k] is not None for k in ("replicas", "gpus_total", "router"))
-        or (engine != "local" or store_gb is not None)
-    ):
+    if fleet_run:
         from agentx.cli._fleet import replay_fleet_command
 
         if interactivity is not None:
@@ -195,17 +203,16 @@ def command(
         )  # fmt: skip
     phases = Phases("replay", 4, enabled=False if quiet else None)
     meta = {"agentx.run_kind": "replay", "agentx.table": "calls"}
-    from agentx import warm
     from agentx.replay.outofcore import OUT_OF_CORE_ROWS
-    from agentx.traces.partitions import trace_rows
 
-    rows = trace_rows(trace) or 0
     # whether calls.parquet is written: pricing beside its writer thread leaves it the second
     # core (kernel_for), which the compile helper, started here, must know
     writes = run_dir is not None and calls_mode != "none"
-    # a first run compiles pricing on the other core while this one reads and places KV
-    warm.start(cfg, min(rows, chunk_rows), parallel=not writes)
-    warm.prepare()
+    if interpreted:
+        warm.compile_later(__name__, click.get_current_context().params)
+    else:  # a first run compiles pricing on the other core while this one reads and places KV
+        warm.start(cfg, min(rows, chunk_rows), parallel=not writes)
+        warm.prepare()
     # a trace too large for memory replays out of core (same results)
     streamed = load_scale == 1.0 and over_context == "warn" and interactivity is None
     streamed = streamed and rows > OUT_OF_CORE_ROWS

@@ -55,6 +55,12 @@ def _prefetch(typingctx, arr, idx):  # pragma: no cover (compiled)
     return types.void(arr, idx), codegen
 
 
+if nb.config.DISABLE_JIT:  # interpreted (a first run on a cold cache, agentx.warm): no hint
+
+    def _prefetch(arr, idx):  # noqa: F811
+        pass
+
+
 @nb.njit(cache=True, _nrt=False, inline="always")
 def _tier(d, caps):  # pragma: no cover (compiled)
     for i in range(3):
