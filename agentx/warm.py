@@ -121,22 +121,24 @@ def _stop() -> None:
         helper.kill()
 
 
-def interpret(rows: int) -> bool:
+# A kernel every run of the command compiles, whichever its trace's path (hashed or not): its
+# absence from numba's cache marks a cold cache for that command.
+PRICING = ("agentx.replay.kernel", "_price")  # replay
+GEOMETRY = ("agentx.kv.geometry_ops", "_assemble")  # kv-curve (replay's runs compile it too)
+
+
+def interpret(rows: int, probe: tuple[str, str] = PRICING) -> bool:
     """Whether this run, of a trace of ``rows`` calls, runs its kernels as Python: in the
     process's own command, for 1..INTERPRET_MAX_CALLS calls, where numba's cache holds no
-    pricing kernel (every replay compiles it: a cold cache). Then numba compiles none of the
+    kernel ``probe`` (module, function: a cold cache). Then numba compiles none of the
     kernels in modules imported from here on (numba.config.DISABLE_JIT, read as a function is
     decorated), and they give the same bytes (tests/test_startup.py). Call it before the
     command imports them; ``compile_later`` then fills the cache for the next run."""
-    if (
-        not OWN_PROCESS
-        or not 0 < rows <= INTERPRET_MAX_CALLS
-        or "agentx.replay.kernel" in sys.modules
-    ):
+    if not OWN_PROCESS or not 0 < rows <= INTERPRET_MAX_CALLS or probe[0] in sys.modules:
         return False
     import numba
 
-    if numba.config.DISABLE_JIT or not _cold("agentx.replay.kernel", "_price"):
+    if numba.config.DISABLE_JIT or not _cold(*probe):
         return False  # (numba off by the user: nothing to compile later either)
 
     numba.config.DISABLE_JIT = True
@@ -158,13 +160,13 @@ def _cold(module: str, function: str) -> bool:
 
 def _cache_dir(module: str) -> str | None:
     """The folder numba caches ``module``'s kernels in (None where that cannot be told)."""
-    import importlib.util
-
     try:
         from numba.core import caching
 
         impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # numba >= 0.65: public
-        source = importlib.util.find_spec(module).origin
+        # the file by path: importlib's find_spec would import the module's package first
+        here = os.path.dirname(os.path.abspath(__file__))  # agentx/
+        source = os.path.join(here, *module.split(".")[1:]) + ".py"
 
         def probe():  # the locators read a function only for its line: any will do
             pass
@@ -217,8 +219,9 @@ def _later(module: str, params: dict) -> None:
             return
         command = importlib.import_module(module).command
         with tempfile.TemporaryDirectory(prefix="agentx-compile-") as tmp:
-            if params.get("run_dir") is not None:
-                params = {**params, "run_dir": Path(tmp) / "run"}
+            for k in ("run_dir", "output"):  # what the command writes goes to the folder
+                if params.get(k) is not None:
+                    params = {**params, k: Path(tmp) / Path(params[k]).name}
             with click.Context(command) as ctx:
                 quiet = {k: True for k in ("quiet", "as_json") if k in params}  # nothing said
                 ctx.invoke(command.callback, **{**params, **quiet})

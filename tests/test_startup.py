@@ -132,19 +132,23 @@ def test_the_helpers_input_is_handed_over_without_waiting_for_it(tmp_path, monke
 
 
 # A run as the `agentx` command runs (agentx.cli.main with no argv: the process's own command),
-# printing afterwards whether its pricing kernel was interpreted (a plain function) or compiled.
+# printing afterwards whether its kernels were interpreted (plain functions) or compiled: the
+# pricing kernel and the KV geometry's, those of the two it ran.
 OWN_RUN = (
     "import sys\n"
     "from agentx.cli import main\n"
     "sys.argv[0] = 'agentx'\n"
     "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
-    "from agentx.replay import kernel\n"
-    "print('kernel', type(kernel._price_serial).__name__)\n"
+    "kinds = {type(getattr(sys.modules[m], f)).__name__ for m, f in"
+    " (('agentx.replay.kernel', '_price_serial'), ('agentx.kv.geometry_ops', 'keys_kernel'))"
+    " if m in sys.modules}\n"
+    "print('kernel', *sorted(kinds))\n"
 )
 
 
-def _wait_for_compile_later(cache_dir, timeout_s=240.0):
-    """Until compile_later's process has filled the cache and let go of its lock."""
+def _wait_for_compile_later(cache_dir, probe, timeout_s=240.0):
+    """Until compile_later's process has filled the cache (an index file ``probe``) and let go
+    of its lock."""
     import fcntl
     import glob
     import time
@@ -152,7 +156,7 @@ def _wait_for_compile_later(cache_dir, timeout_s=240.0):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         lock = glob.glob(os.path.join(glob.escape(str(cache_dir)), "**", "agentx-compile.lock"), recursive=True)  # fmt: skip
-        priced = glob.glob(os.path.join(glob.escape(str(cache_dir)), "**", "kernel._price-*.nbi"), recursive=True)  # fmt: skip
+        priced = glob.glob(os.path.join(glob.escape(str(cache_dir)), "**", probe), recursive=True)
         if lock and priced:
             with open(lock[0]) as f:
                 try:
@@ -164,19 +168,32 @@ def _wait_for_compile_later(cache_dir, timeout_s=240.0):
     raise AssertionError("compile_later's process did not finish")
 
 
-def test_a_first_run_of_a_small_trace_is_interpreted_and_compiles_for_the_next(tmp_path):
+@pytest.mark.parametrize(
+    ("command", "files", "probe"),
+    [
+        (
+            "replay",
+            ("calls.parquet", "summary.json", "stages.parquet", "footprint.parquet"),
+            "kernel._price-*.nbi",
+        ),  # fmt: skip
+        ("kv-curve", ("kv_curve.parquet", "summary.json"), "geometry_ops._assemble-*.nbi"),
+    ],
+)
+def test_a_first_run_of_a_small_trace_is_interpreted_and_compiles_for_the_next(
+    tmp_path, command, files, probe
+):
     sample = os.path.join(REPO, "traces", "sample", "weka-sample.parquet")
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
 
     def run(out):
-        cmd = [sys.executable, "-P", "-c", OWN_RUN, "replay", sample, "--hw", "gb200", "-q", "-o", str(out)]  # fmt: skip
+        cmd = [sys.executable, "-P", "-c", OWN_RUN, command, sample, "--hw", "gb200", "-q", "-o", str(out)]  # fmt: skip
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, check=True)  # fmt: skip
         return done.stdout.splitlines()[-1]
 
     assert run(tmp_path / "first") == "kernel function"  # cold cache: interpreted
-    _wait_for_compile_later(tmp_path / "numba")
+    _wait_for_compile_later(tmp_path / "numba", probe)
     assert run(tmp_path / "second") == "kernel CPUDispatcher"  # compiled for it, in the cache
-    for name in ("calls.parquet", "summary.json", "stages.parquet", "footprint.parquet"):
+    for name in files:
         assert (tmp_path / "first" / name).read_bytes() == (tmp_path / "second" / name).read_bytes()  # fmt: skip
 
 
