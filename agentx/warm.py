@@ -183,6 +183,7 @@ def compile_later(module: str, params: dict) -> None:
     compiles into the cache the kernels this interpreted run did not. One at a time (a lock
     file: a second exits at once); its failure changes nothing but the next run's time."""
     try:
+        payload = pickle.dumps((module, params))
         child = subprocess.Popen(
             [sys.executable, "-P", "-m", "agentx.warm", "--later"],
             stdin=subprocess.PIPE,
@@ -190,10 +191,10 @@ def compile_later(module: str, params: dict) -> None:
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # not stopped with this run's terminal (Ctrl-C)
         )
-        child.stdin.write(pickle.dumps((module, params)))
+        child.stdin.write(payload)
         child.stdin.close()
-    except OSError:  # no process to spare: the next run compiles
-        pass
+    except Exception:  # noqa: BLE001 (never the run's failure)
+        pass  # no process to spare, or a parameter pickle cannot take: the next run compiles
 
 
 def lock_path() -> str:

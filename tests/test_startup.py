@@ -221,13 +221,13 @@ def test_interpreted_kernels_give_the_compiled_bytes_on_a_hash_less_trace(tmp_pa
 def test_only_the_processs_own_command_of_a_small_trace_is_interpreted(monkeypatch):
     import numba
 
+    import agentx.replay.kernel  # noqa: F401 (imported: what numba does with it is fixed)
     from agentx import warm
 
     assert not warm.OWN_PROCESS  # a caller's command (this test's) compiles, always
     assert not warm.interpret(10)
     monkeypatch.setattr(warm, "OWN_PROCESS", True)
-    # pricing's module is imported here: what numba does with it is fixed already
-    assert not warm.interpret(10)
+    assert not warm.interpret(10)  # pricing's module is imported
     monkeypatch.delitem(sys.modules, "agentx.replay.kernel")
     monkeypatch.setattr(warm, "_cold", lambda module, function: True)
     monkeypatch.setattr(numba.config, "DISABLE_JIT", False)
@@ -271,3 +271,18 @@ def test_a_second_compile_later_exits_while_one_compiles(tmp_path, monkeypatch):
         warm._later("agentx.no_such_module", {})
     with pytest.raises(ModuleNotFoundError):
         warm._later("agentx.no_such_module", {})
+
+
+def test_compile_later_never_fails_the_run(monkeypatch):
+    from agentx import warm
+
+    started = []
+    monkeypatch.setattr(warm.subprocess, "Popen", lambda *a, **k: started.append(a))
+    warm.compile_later("agentx.cli.cmd_replay", {"trace": lambda: None})  # cannot be pickled
+    assert started == []
+
+    def no_process(*a, **k):
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(warm.subprocess, "Popen", no_process)
+    warm.compile_later("agentx.cli.cmd_replay", {"trace": "t.parquet"})
