@@ -237,25 +237,28 @@ def test_only_the_processs_own_command_of_a_small_trace_is_interpreted(monkeypat
     assert numba.config.DISABLE_JIT  # (monkeypatch puts it back)
 
 
-def test_a_cold_cache_is_one_without_the_pricing_kernels_index(tmp_path, monkeypatch):
+@pytest.mark.parametrize("probe", ["PRICING", "GEOMETRY"])
+def test_a_cold_cache_is_one_without_the_probed_kernels_index(tmp_path, monkeypatch, probe):
     import glob
+    import importlib
 
     import numba
-
-    from agentx import warm
-    from agentx.replay import kernel
-
-    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path))
-    assert warm._cold("agentx.replay.kernel", "_price")
-    # the index file numba itself writes for the kernel, in that folder (a cache object of
-    # its own: the kernel's reads CACHE_DIR as it was when made)
     from numba.core.caching import FunctionCache
 
-    index = FunctionCache(kernel._price_serial.py_func)._cache_file._index_path
+    from agentx import warm
+
+    module, function = getattr(warm, probe)
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path))
+    assert warm._cold(module, function)
+    # the index file numba itself writes for the kernel (fails if the probe names no kernel),
+    # in that folder (a cache object of its own: the kernel's read CACHE_DIR when it was made)
+    py_func = getattr(importlib.import_module(module), function)
+    py_func = getattr(py_func, "py_func", py_func)
+    index = FunctionCache(py_func)._cache_file._index_path
     assert index.startswith(str(tmp_path))
     os.makedirs(os.path.dirname(index), exist_ok=True)
     open(index, "wb").close()
-    assert not warm._cold("agentx.replay.kernel", "_price")
+    assert not warm._cold(module, function)
     assert glob.glob(os.path.join(glob.escape(str(tmp_path)), "**", "*.nbi"), recursive=True) == [index]  # fmt: skip
 
 
