@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 
 import numpy as np
@@ -14,6 +15,8 @@ from agentx.kv.blocks import BlockStream, build_blocks
 from agentx.kv.stack import lru_stack
 from agentx.testing import trace_objects
 from agentx.traces.io import Trace, trace_metadata
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -313,6 +316,65 @@ def test_namespace_top_hash_numpy_equals_the_kernel(calls):
     n_ns = int(ns.max()) + 1
     kernel = hashes._ns_top(flat, np.cumsum(lens) - lens, lens, ns, n_ns)
     np.testing.assert_array_equal(hashes.ns_top(flat, lens, ns, n_ns), kernel)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.sampled_from([-5, 0, 1, 2, 9, 300, 1 << 33]), min_size=1, max_size=6),
+            st.integers(0, 7),  # blocks
+            st.integers(0, 7),  # read blocks (at most the blocks)
+            st.integers(0, 7),  # first written block (at least the read ones)
+            st.integers(0, 7),  # shared-prefix blocks
+            st.integers(0, 2),  # namespace
+            st.integers(0, 2),  # shared-prefix group
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    st.integers(1, 3),
+    st.booleans(),
+)
+def test_block_ids_from_hashes_numpy_equals_the_kernel(calls, m, all_big):
+    """Small traces take whole-array numpy for their block ids (no kernel to compile, nothing
+    walked one reference at a time when interpreted), large ones the kernel: equal."""
+    from agentx.kv import hashes
+
+    lens = np.array([len(c[0]) for c in calls], np.int64)
+    flat = np.array([h for c in calls for h in c[0]], np.int64)
+    hoff = np.cumsum(lens) - lens
+    n_blk = np.array([c[1] for c in calls], np.int64)
+    n_read = np.minimum([c[2] for c in calls], n_blk)
+    write_pos = np.minimum(np.maximum([c[3] for c in calls], n_read), n_blk)
+    spt = np.array([c[4] for c in calls], np.int64)
+    ns, grp = (np.array([c[i] for c in calls], np.int64) for i in (5, 6))
+    cnt = n_read + n_blk - write_pos
+    ref_off = np.concatenate(([0], np.cumsum(cnt)))
+    small = (flat >= 0) & (flat < hashes.SMALL)
+    big_pos = np.arange(flat.size) if all_big else np.flatnonzero(~small)
+    big_key = 1000 + np.arange(big_pos.size, dtype=np.int64)[::-1].copy()
+    hm = int(flat[small].max(initial=0)) + 1
+    base = np.array([0, 50, 400], np.int64)
+    args = (flat, hoff, lens, ns, base, big_pos, big_key, m, hm, grp, n_blk, n_read, write_pos, ref_off, spt)  # fmt: skip
+    want, got = np.full(int(ref_off[-1]), -7), np.full(int(ref_off[-1]), -7)
+    hashes._hash_kernel(*args, want)
+    hashes._hash_numpy(*args, got)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_block_ids_of_the_sample_are_the_same_by_numpy_and_by_the_kernel(monkeypatch):
+    from agentx.kv import hashes
+    from agentx.traces.io import read_trace
+
+    sample = read_trace(os.path.join(REPO, "traces", "sample", "weka-sample.parquet"))
+    streams = {}
+    for below in (0, 1 << 62):  # the kernel always, numpy always
+        monkeypatch.setattr(hashes, "NUMPY_BELOW", below)
+        streams[below] = build_blocks(sample)
+    np.testing.assert_array_equal(streams[0].ref_block, streams[1 << 62].ref_block)
+    np.testing.assert_array_equal(streams[0].shared, streams[1 << 62].shared)
+    assert streams[0].n_blocks == streams[1 << 62].n_blocks
 
 
 @settings(max_examples=40, deadline=None)

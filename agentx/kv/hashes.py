@@ -56,7 +56,10 @@ def hash_ids(df, row, scope, m, geo, spt_tokens, out) -> tuple[int, int]:
     grp = np.unique(spt_tokens, return_inverse=True)[1].astype(np.int64)
     if (int(grp.max(initial=0)) + 1) * (int(spt.max(initial=0)) + 1) * (hm + 1) >= 1 << 62:
         spt[:] = 0  # hash values too large to pack: no cross-session sharing
-    _hash_kernel(
+    # small traces: numpy's whole-array ops (no kernel to compile on a fresh install, and an
+    # interpreted first run, agentx.warm, does not walk the references one by one)
+    kernel = _hash_numpy if out.size < NUMPY_BELOW else _hash_kernel
+    kernel(
         flat,
         hoff[row],
         lens[row],
@@ -101,6 +104,29 @@ def _ns_top(flat, hoff, lens, ns, n_ns):  # pragma: no cover (compiled)
             if 0 <= h < SMALL and h + 1 > top[ns[k]]:
                 top[ns[k]] = h + 1
     return top
+
+
+def _hash_numpy(flat, hoff, lens, ns, base, big_pos, big_key, m, hm, grp, n_blk, n_read,
+                write_pos, ref_off, spt, out) -> None:  # fmt: skip
+    """``_hash_kernel`` in whole-array numpy, the same ids (tests/test_kv_stack.py)."""
+    n_write = np.maximum(n_blk - write_pos, 0)
+    cnt = np.maximum(n_read, 0) + n_write
+    k = np.repeat(np.arange(cnt.size), cnt)  # each reference's call
+    t = np.arange(k.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)  # its rank in the call
+    nr = np.maximum(n_read, 0)[k]
+    j = np.where(t < nr, t, write_pos[k] + (t - nr))  # the block: reads, then writes
+    i = hoff[k] + np.minimum(j * m + m - 1, lens[k] - 1)  # its last trace block's hash
+    r = ref_off[k] + t
+    if big_pos.size == flat.size:
+        out[r] = big_key[i]
+        return
+    h = flat[i]
+    small = (h >= 0) & (h < SMALL)
+    smax = int(spt.max()) + 1 if spt.size else 1
+    shared = -(1 + (grp[k] * smax + j) * hm + h)
+    out[r] = np.where(small, np.where(j < spt[k], shared, base[ns[k]] + h), 0)
+    big = ~small
+    out[r[big]] = big_key[np.searchsorted(big_pos, i[big])]
 
 
 @nb.njit(cache=True)
