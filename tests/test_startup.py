@@ -177,6 +177,11 @@ def _wait_for_compile_later(cache_dir, probe, timeout_s=240.0):
             "kernel._price-*.nbi",
         ),  # fmt: skip
         ("kv-curve", ("kv_curve.parquet", "summary.json"), "geometry_ops._assemble-*.nbi"),
+        (
+            "compare",
+            ("compare.parquet", "frontier.parquet", "summary.json"),
+            "kernel._price-*.nbi",
+        ),  # fmt: skip
     ],
 )
 def test_a_first_run_of_a_small_trace_is_interpreted_and_compiles_for_the_next(

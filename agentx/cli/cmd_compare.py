@@ -71,6 +71,12 @@ def command(
     the TPOT limit. Prints GPUs, tokens/s per GPU, GPU-hours, J per output token, $ per
     million output tokens and peak HBM per GPU. Definitions: docs/planner.md.
     """
+    from agentx import warm
+    from agentx.traces.partitions import trace_rows
+
+    # a first run of a small trace on a cold cache runs its kernels as Python (before they are
+    # imported) while a process of its own compiles them for the next run (agentx/warm.py)
+    interpreted = warm.interpret(trace_rows(trace) or 0)
     from agentx.catalog import load_catalog
     from agentx.planner.search import compare
     from agentx.planner.slo import parse_slo
@@ -89,6 +95,8 @@ def command(
     limits = parse_slo(slo)
     cat = load_catalog(catalog_files)
     phases = Phases("compare", len(systems) + 1, enabled=False if quiet else None)
+    if interpreted:
+        warm.compile_later(__name__, click.get_current_context().params)
     phases.step("reading the trace")
     tr = read_trace(trace)
     tr, ctx = apply_over_context(
