@@ -125,6 +125,7 @@ def _stop() -> None:
 # absence from numba's cache marks a cold cache for that command.
 PRICING = ("agentx.replay.kernel", "_price")  # replay
 GEOMETRY = ("agentx.kv.geometry_ops", "_assemble")  # kv-curve (replay's runs compile it too)
+SIMULATOR = ("agentx.dynamics.kernel", "simulate_kernel")  # simulate (open loop)
 
 
 def interpret(rows: int, probe: tuple[str, str] = PRICING) -> bool:

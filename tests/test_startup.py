@@ -133,14 +133,15 @@ def test_the_helpers_input_is_handed_over_without_waiting_for_it(tmp_path, monke
 
 # A run as the `agentx` command runs (agentx.cli.main with no argv: the process's own command),
 # printing afterwards whether its kernels were interpreted (plain functions) or compiled: the
-# pricing kernel and the KV geometry's, those of the two it ran.
+# pricing kernel, the KV geometry's and the simulator's, those of them it ran.
 OWN_RUN = (
     "import sys\n"
     "from agentx.cli import main\n"
     "sys.argv[0] = 'agentx'\n"
     "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
     "kinds = {type(getattr(sys.modules[m], f)).__name__ for m, f in"
-    " (('agentx.replay.kernel', '_price_serial'), ('agentx.kv.geometry_ops', 'keys_kernel'))"
+    " (('agentx.replay.kernel', '_price_serial'), ('agentx.kv.geometry_ops', 'keys_kernel'),"
+    " ('agentx.dynamics.kernel', 'simulate_kernel'))"
     " if m in sys.modules}\n"
     "print('kernel', *sorted(kinds))\n"
 )
@@ -177,11 +178,12 @@ def _wait_for_compile_later(cache_dir, probe, timeout_s=240.0):
             "kernel._price-*.nbi",
         ),  # fmt: skip
         ("kv-curve", ("kv_curve.parquet", "summary.json"), "geometry_ops._assemble-*.nbi"),
+        ("compare", ("compare.parquet", "frontier.parquet", "summary.json"), "kernel._price-*.nbi"),
         (
-            "compare",
-            ("compare.parquet", "frontier.parquet", "summary.json"),
-            "kernel._price-*.nbi",
-        ),  # fmt: skip
+            "simulate",
+            ("sim_calls.parquet", "sim_timeseries.parquet", "summary.json"),
+            "kernel.simulate_kernel-*.nbi",
+        ),
     ],
 )
 def test_a_first_run_of_a_small_trace_is_interpreted_and_compiles_for_the_next(

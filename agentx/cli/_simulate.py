@@ -16,8 +16,7 @@ from agentx.cli._common import (
     pools_option,
     print_table,
 )
-from agentx.dynamics.admission import POLICIES
-from agentx.dynamics.agentic import OFFLOAD, PREEMPTION
+from agentx.dynamics.names import OFFLOAD, POLICIES, PREEMPTION
 from agentx.fmt import num
 from agentx.units import GB
 

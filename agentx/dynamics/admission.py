@@ -27,9 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from agentx.dynamics.names import POLICIES
 from agentx.errors import UnknownNameError
-
-POLICIES = ("greedy", "token-bucket", "pi")
 
 # Indices into the float64 policy vector the kernel reads (numba freezes these globals).
 Q_KIND, Q_TARGET_BACKLOG, Q_TAU_S, Q_KP, Q_KI, Q_KV_RESERVE, Q_TPOT_TARGET_S, Q_BURST, Q_ALPHA = (

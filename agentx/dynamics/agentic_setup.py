@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from agentx.dynamics.names import OFFLOAD, PREEMPTION
 from agentx.dynamics.pricing import PriceTables
 from agentx.errors import CapacityError, UnknownNameError, UsageError
 
-OFFLOAD = ("none", "dram", "dram+ssd")
-PREEMPTION = ("recompute", "swap")
 FREE_ORDER = ("tail-first", "in-order")
 
 
