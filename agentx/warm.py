@@ -182,7 +182,11 @@ def compile_later(module: str, params: dict) -> None:
     """Run ``module``'s command again with ``params`` (its parsed parameters) in a process of
     its own that outlives this one, with numba on and its output in a temporary folder: it
     compiles into the cache the kernels this interpreted run did not. One at a time (a lock
-    file: a second exits at once); its failure changes nothing but the next run's time."""
+    file: a second exits at once); its failure changes nothing but the next run's time.
+    ``AGENTX_COMPILE_LATER=0`` starts none (a batch job or container that wants no process
+    left behind: every first run of a small trace is then interpreted)."""
+    if os.environ.get("AGENTX_COMPILE_LATER", "1") == "0":
+        return
     try:
         payload = pickle.dumps((module, params))
         child = subprocess.Popen(

@@ -178,12 +178,6 @@ def _wait_for_compile_later(cache_dir, probe, timeout_s=240.0):
             "kernel._price-*.nbi",
         ),  # fmt: skip
         ("kv-curve", ("kv_curve.parquet", "summary.json"), "geometry_ops._assemble-*.nbi"),
-        ("compare", ("compare.parquet", "frontier.parquet", "summary.json"), "kernel._price-*.nbi"),
-        (
-            "simulate",
-            ("sim_calls.parquet", "sim_timeseries.parquet", "summary.json"),
-            "kernel.simulate_kernel-*.nbi",
-        ),
     ],
 )
 def test_a_first_run_of_a_small_trace_is_interpreted_and_compiles_for_the_next(
@@ -202,6 +196,35 @@ def test_a_first_run_of_a_small_trace_is_interpreted_and_compiles_for_the_next(
     assert run(tmp_path / "second") == "kernel CPUDispatcher"  # compiled for it, in the cache
     for name in files:
         assert (tmp_path / "first" / name).read_bytes() == (tmp_path / "second" / name).read_bytes()  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("command", "files"),
+    [
+        ("compare", ("compare.parquet", "frontier.parquet", "summary.json")),
+        ("simulate", ("sim_calls.parquet", "sim_timeseries.parquet", "summary.json")),
+    ],
+)
+def test_a_first_run_is_interpreted_with_the_compiled_bytes(tmp_path, command, files):
+    """compare and simulate interpret a first run as replay does (the cycle through the cache:
+    the test above); here against this process's compiled run, with AGENTX_COMPILE_LATER=0:
+    no process left compiling the simulator (20-30 s of CPU) beside the rest of the suite."""
+    from click.testing import CliRunner
+
+    from agentx.cli import cli
+
+    sample = os.path.join(REPO, "traces", "sample", "weka-sample.parquet")
+    cache = tmp_path / "numba"
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), "AGENTX_COMPILE_LATER": "0"}
+    args = [command, sample, "--hw", "gb200", "-q", "-o"]
+    cmd = [sys.executable, "-P", "-c", OWN_RUN, *args, str(tmp_path / "interpreted")]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, check=True)
+    assert done.stdout.splitlines()[-1] == "kernel function"
+    assert not list(cache.rglob("*.nbi"))  # nothing compiled in the interpreted run
+    assert CliRunner().invoke(cli, [*args, str(tmp_path / "compiled")]).exit_code == 0
+    for name in files:
+        want = (tmp_path / "compiled" / name).read_bytes()
+        assert (tmp_path / "interpreted" / name).read_bytes() == want, name
 
 
 def test_interpreted_kernels_give_the_compiled_bytes_on_a_hash_less_trace(tmp_path):
@@ -244,7 +267,7 @@ def test_only_the_processs_own_command_of_a_small_trace_is_interpreted(monkeypat
     assert numba.config.DISABLE_JIT  # (monkeypatch puts it back)
 
 
-@pytest.mark.parametrize("probe", ["PRICING", "GEOMETRY"])
+@pytest.mark.parametrize("probe", ["PRICING", "GEOMETRY", "SIMULATOR"])
 def test_a_cold_cache_is_one_without_the_probed_kernels_index(tmp_path, monkeypatch, probe):
     import glob
     import importlib
@@ -296,3 +319,16 @@ def test_compile_later_never_fails_the_run(monkeypatch):
 
     monkeypatch.setattr(warm.subprocess, "Popen", no_process)
     warm.compile_later("agentx.cli.cmd_replay", {"trace": "t.parquet"})
+
+
+def test_compile_later_starts_nothing_where_told_not_to(monkeypatch):
+    from agentx import warm
+
+    started = []
+    monkeypatch.setattr(warm.subprocess, "Popen", lambda *a, **k: started.append(a))
+    monkeypatch.setenv("AGENTX_COMPILE_LATER", "0")
+    warm.compile_later("agentx.cli.cmd_replay", {"trace": "t.parquet"})
+    assert started == []
+    monkeypatch.setenv("AGENTX_COMPILE_LATER", "1")
+    warm.compile_later("agentx.cli.cmd_replay", {"trace": "t.parquet"})
+    assert len(started) == 1
