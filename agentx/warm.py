@@ -24,6 +24,7 @@ tenth of it.
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import pickle
 import subprocess
@@ -202,12 +203,41 @@ def compile_later(module: str, params: dict) -> None:
         pass  # no process to spare, or a parameter pickle cannot take: the next run compiles
 
 
+LOCK_NAME = "agentx-compile.lock"
+
+
 def lock_path() -> str:
     """The lock file ``compile_later``'s process holds while it compiles: one per cache."""
     import tempfile
 
     where = _cache_dir("agentx.replay.kernel") or tempfile.gettempdir()
-    return os.path.join(where, "agentx-compile.lock")
+    return os.path.join(where, LOCK_NAME)
+
+
+def wait_compiled(cache_dir, probe: str, timeout_s: float = math.inf) -> None:
+    """Until a ``compile_later`` process compiling into the numba cache folder ``cache_dir``
+    (another process's ``NUMBA_CACHE_DIR``) has written an index file matching ``probe``
+    (e.g. ``kernel._price-*.nbi``) and let go of its lock; TimeoutError after ``timeout_s``.
+    For the tests and benchmarks that time or check a first run and the one after it."""
+    import fcntl
+    import glob
+    import time
+
+    def found(pattern):
+        return glob.glob(os.path.join(glob.escape(str(cache_dir)), "**", pattern), recursive=True)
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        lock = found(LOCK_NAME)
+        if lock and found(probe):
+            with open(lock[0]) as f:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return
+                except OSError:  # still compiling
+                    pass
+        time.sleep(0.05)
+    raise TimeoutError(f"no compile_later process finished in {cache_dir} ({probe})")
 
 
 def _later(module: str, params: dict) -> None:

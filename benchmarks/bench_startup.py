@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from agentx import warm
+
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "traces" / "sample" / "weka-sample.parquet"
 
@@ -42,19 +44,6 @@ def run_once(cache_dir: str, out_dir: str) -> tuple[float, float]:
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"agentx replay failed: {' '.join(cmd)}")
     return usage.ru_utime + usage.ru_stime, wall
-
-
-def wait_compiled(cache_dir: str) -> None:
-    """Until the fresh run's compile_later process has filled ``cache_dir`` and let go of it."""
-    import fcntl
-
-    priced = lock = []
-    while not (priced and lock):
-        time.sleep(0.05)
-        priced = list(Path(cache_dir).rglob("kernel._price-*.nbi"))
-        lock = list(Path(cache_dir).rglob("agentx-compile.lock"))
-    with open(lock[0]) as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
 
 
 def load() -> str:
@@ -73,7 +62,7 @@ def main() -> None:
             os.mkdir(cache)
             t0 = time.perf_counter()
             fresh.append(run_once(cache, os.path.join(tmp, f"fresh{i}")))
-            wait_compiled(cache)
+            warm.wait_compiled(cache, "kernel._price-*.nbi")
             compiled.append(time.perf_counter() - t0)
             cached.append(run_once(cache, os.path.join(tmp, f"cached{i}")))
     print(

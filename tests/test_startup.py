@@ -147,28 +147,6 @@ OWN_RUN = (
 )
 
 
-def _wait_for_compile_later(cache_dir, probe, timeout_s=240.0):
-    """Until compile_later's process has filled the cache (an index file ``probe``) and let go
-    of its lock."""
-    import fcntl
-    import glob
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        lock = glob.glob(os.path.join(glob.escape(str(cache_dir)), "**", "agentx-compile.lock"), recursive=True)  # fmt: skip
-        priced = glob.glob(os.path.join(glob.escape(str(cache_dir)), "**", probe), recursive=True)
-        if lock and priced:
-            with open(lock[0]) as f:
-                try:
-                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    return
-                except OSError:
-                    pass
-        time.sleep(0.2)
-    raise AssertionError("compile_later's process did not finish")
-
-
 @pytest.mark.parametrize(
     ("command", "files", "probe"),
     [
@@ -192,7 +170,9 @@ def test_a_first_run_of_a_small_trace_is_interpreted_and_compiles_for_the_next(
         return done.stdout.splitlines()[-1]
 
     assert run(tmp_path / "first") == "kernel function"  # cold cache: interpreted
-    _wait_for_compile_later(tmp_path / "numba", probe)
+    from agentx import warm
+
+    warm.wait_compiled(tmp_path / "numba", probe, timeout_s=240.0)
     assert run(tmp_path / "second") == "kernel CPUDispatcher"  # compiled for it, in the cache
     for name in files:
         assert (tmp_path / "first" / name).read_bytes() == (tmp_path / "second" / name).read_bytes()  # fmt: skip
@@ -297,7 +277,7 @@ def test_a_second_compile_later_exits_while_one_compiles(tmp_path, monkeypatch):
 
     from agentx import warm
 
-    monkeypatch.setattr(warm, "lock_path", lambda: str(tmp_path / "agentx-compile.lock"))
+    monkeypatch.setattr(warm, "lock_path", lambda: str(tmp_path / warm.LOCK_NAME))
     with open(warm.lock_path(), "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         # a module that is not a command: the call fails if it gets past the lock

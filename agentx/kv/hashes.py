@@ -109,11 +109,11 @@ def _ns_top(flat, hoff, lens, ns, n_ns):  # pragma: no cover (compiled)
 def _hash_numpy(flat, hoff, lens, ns, base, big_pos, big_key, m, hm, grp, n_blk, n_read,
                 write_pos, ref_off, spt, out) -> None:  # fmt: skip
     """``_hash_kernel`` in whole-array numpy, the same ids (tests/test_kv_stack.py)."""
-    n_write = np.maximum(n_blk - write_pos, 0)
-    cnt = np.maximum(n_read, 0) + n_write
+    reads = np.maximum(n_read, 0)
+    cnt = reads + np.maximum(n_blk - write_pos, 0)
     k = np.repeat(np.arange(cnt.size), cnt)  # each reference's call
     t = np.arange(k.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)  # its rank in the call
-    nr = np.maximum(n_read, 0)[k]
+    nr = reads[k]
     j = np.where(t < nr, t, write_pos[k] + (t - nr))  # the block: reads, then writes
     i = hoff[k] + np.minimum(j * m + m - 1, lens[k] - 1)  # its last trace block's hash
     r = ref_off[k] + t
