@@ -130,11 +130,17 @@ def link_sums(ssd: np.ndarray, lower: np.ndarray, created: float, cfg: ServingCo
     """Totals from per-call SSD-load and DRAM|SSD-load bytes and the created bytes: a call's
     transfer time is the slower of its two loads."""
     costs = link_costs(cfg)
-    sums = {"ssd_to_dram": float(ssd.sum()), "dram_to_hbm": float(lower.sum())}
-    sums["hbm_to_dram"] = sums["dram_to_ssd"] = created
     t = np.maximum(ssd / costs["ssd_to_dram"][0], lower / costs["dram_to_hbm"][0])
+    return link_totals(float(ssd.sum()), float(lower.sum()), float(t.sum()), created, cfg)
+
+
+def link_totals(ssd: float, lower: float, time_s: float, created: float, cfg: ServingConfig) -> dict:  # fmt: skip
+    """``link_sums``' row from its sums: SSD-load and DRAM|SSD-load bytes, transfer time and
+    created bytes (written down both links, write-through)."""
+    costs = link_costs(cfg)
+    sums = {"ssd_to_dram": ssd, "dram_to_hbm": lower, "hbm_to_dram": created, "dram_to_ssd": created}  # fmt: skip
     return {
         **{f"{k}_bytes": sums[k] for k in LINKS},
-        "transfer_time_s": float(t.sum()),
+        "transfer_time_s": time_s,
         "transfer_energy_j": float(sum(sums[k] * costs[k][1] for k in LINKS)),
     }

@@ -20,10 +20,9 @@ from agentx.catalog.types import ServingConfig
 from agentx.kv import chains, chains_result
 from agentx.kv.blocks import geometry
 from agentx.kv.chain_ops import A_CREATED, R_CALL, R_DIST, R_N, R_READ, R_RT, R_TOK
-from agentx.kv.curve import TIERS, check_grid, default_grid, link_sums
+from agentx.kv.curve import TIERS, check_grid, default_grid, link_totals
 from agentx.kv.jit import bisect
-from agentx.kv.order import argsort
-from agentx.kv.tiers import TierCapacities
+from agentx.kv.tiers import TierCapacities, link_costs
 from agentx.traces.io import Trace
 
 
@@ -46,20 +45,15 @@ def chain_curve(trace: Trace, cfg: ServingConfig, grid, caps: TierCapacities, bl
     summary["curve"] = {"points": len(grid), "max_reuse_distance_bytes": max_dist_bytes}
     # every point's capacities (cumulative), the configured point's first: each count below
     # is of the runs at most one of these deep, so the sums are per group between them
-    # (``keys``), made in one pass in record order (gathering the runs' columns in distance
-    # order took 0.6 s of a 1 M-call curve)
+    # (``keys``), made in record order (gathering the runs' columns in distance order took
+    # 0.6 s of a 1 M-call curve)
     points = np.repeat(base[None, :], 1 + 3 * len(grid), axis=0)
     for ti in range(3):
         points[1 + ti * len(grid) : 1 + (ti + 1) * len(grid), ti] = grid
     cum = np.maximum.accumulate(points / bpt, axis=1)
     keys = np.unique(_key(cum))
-    tok_all, n_reads, rt, n_blk, d, call, tok = _group(rec, keys)
-    # the reads by distance, for the per-call sums: neighbours in it are mostly calls near
-    # in time (np.add.at over them 3-4x faster than in record order); ties in any order
-    # (viewed as np.int64: numba's arrays carry a dtype equal to numpy's but not it, which
-    # sends np.add.at to its slow path: 6x slower)
-    order = argsort(d)  # polars': numpy's is slow on AMD Zen 4 (agentx/kv/order.py)
-    call, tok = call.view(np.int64)[order], tok.view(np.int64)[order]
+    # the reads come bucketed by group (a counting sort): a point's loads are a slice of them
+    tok_all, n_reads, rt, n_blk, call, tok = _group(rec, keys)
     # cumulative over the groups: [u] is the sum over runs at most keys[u - 1] deep
     c_tok, c_at, c_rt, c_n = (np.concatenate(([0], np.cumsum(a))) for a in (tok_all, n_reads, rt, n_blk))  # fmt: skip
     # tokens created at every point: first uses (the configured point's creations, less its
@@ -68,15 +62,15 @@ def chain_curve(trace: Trace, cfg: ServingConfig, grid, caps: TierCapacities, bl
     reused = float(g.reused.sum())
     n_calls = trace.calls.height
     rows = [None] * (3 * len(grid))
+    costs = link_costs(cfg)
     for ti in range(3):
         # a tier's capacity only grows along the sorted grid, so each call's SSD and DRAM|SSD
         # load tokens (slices [i1, i2) and [i0, i2) of the grouped reads) grow and shrink at
         # the ends: integer sums, exact in any order
-        ssd, lower = _Sliding(call, tok, n_calls), _Sliding(call, tok, n_calls)
+        loads = _Loads(call, tok, n_calls, bpt, costs)
         for gi in np.argsort(grid, kind="stable"):
             # the reads found in HBM, at most in DRAM, at most on SSD: the groups before u
             u = _upto(keys, cum[1 + ti * len(grid) + gi])
-            i0, i1, i2 = c_at[u]
             lo, hi = (0, u[0], u[1])[ti], u[ti]
             created = never + int(c_tok[-1] - c_tok[u[2]])
             rows[ti * len(grid) + gi] = {
@@ -87,7 +81,7 @@ def chain_curve(trace: Trace, cfg: ServingConfig, grid, caps: TierCapacities, bl
                 "hit_blocks": int(c_n[hi] - c_n[lo]),
                 "hit_tokens": int(c_rt[hi] - c_rt[lo]),
                 "recompute_tokens": int(reused) - int(c_rt[u[2]]),
-                **link_sums(ssd.move(i1, i2) * bpt, lower.move(i0, i2) * bpt, float(created) * bpt, cfg),
+                **loads.move(*c_at[u], float(created) * bpt, cfg),
             }  # fmt: skip
     return pl.DataFrame(rows), summary
 
@@ -107,43 +101,72 @@ def _upto(keys: np.ndarray, caps) -> np.ndarray:
 def _group(rec, keys):  # pragma: no cover (compiled)
     """Runs grouped by depth: group u holds the runs deeper than keys[u - 1] and at most
     keys[u] deep (the last: deeper than all). Per group the tokens of all runs, and the
-    count, read tokens and blocks of its reads; the reads' distances, calls and tokens as
-    plain columns, in record order."""
+    count, read tokens and blocks of its reads; the reads' calls and tokens bucketed by group
+    (group 0's first, each in record order)."""
     n, m = rec.shape[0], keys.size + 1
     tok_all, n_reads = np.zeros(m, np.int64), np.zeros(m, np.int64)
     rt, n_blk = np.zeros(m, np.int64), np.zeros(m, np.int64)
-    d_r, call, tok = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
-    j = 0
+    grp = np.empty(n, np.int32)
     for i in range(n):
-        d = rec[i, R_DIST]
-        u = bisect(keys, d)  # how many keys are below d
+        u = bisect(keys, rec[i, R_DIST])  # how many keys are below the distance
+        grp[i] = u
         tok_all[u] += rec[i, R_TOK]
         if rec[i, R_READ] == 1:
             n_reads[u] += 1
             rt[u] += rec[i, R_RT]
             n_blk[u] += rec[i, R_N]
-            d_r[j], call[j], tok[j] = d, rec[i, R_CALL], rec[i, R_TOK]
-            j += 1
-    return tok_all, n_reads, rt, n_blk, d_r[:j], call[:j], tok[:j]
+    at = np.zeros(m, np.int64)  # each group's next free place
+    for u in range(1, m):
+        at[u] = at[u - 1] + n_reads[u - 1]
+    call, tok = np.empty(at[m - 1] + n_reads[m - 1], np.int64), np.empty(at[m - 1] + n_reads[m - 1], np.int64)  # fmt: skip
+    for i in range(n):
+        if rec[i, R_READ] == 1:
+            j = at[grp[i]]
+            call[j], tok[j] = rec[i, R_CALL], rec[i, R_TOK]
+            at[grp[i]] = j + 1
+    return tok_all, n_reads, rt, n_blk, call, tok
 
 
-class _Sliding:
-    """Per-call sums of ``tok`` over a slice [a, b) of runs whose ends only move forward."""
+class _Loads:
+    """Per call its SSD-load and DRAM|SSD-load bytes and transfer time, over the slices
+    [i1, i2) and [i0, i2) of the grouped reads, whose ends only move forward; ``move`` gives
+    ``link_sums``' totals at the new slices. Only the calls of the runs that enter or leave
+    are touched (a point costs its moved runs and three sums, not five passes over every
+    call); each value is made by the same operations as ``link_sums`` makes it, so the
+    totals are bit-identical to its."""
 
-    def __init__(self, call: np.ndarray, tok: np.ndarray, n_calls: int) -> None:
-        self.call, self.tok, self.n = call, tok, n_calls
-        self.sums = np.zeros(n_calls, np.int64)
-        self.a = self.b = 0
+    def __init__(self, call, tok, n_calls: int, bpt: float, costs: dict) -> None:
+        self.call, self.tok, self.bpt = call, tok, bpt
+        self.bw = (costs["ssd_to_dram"][0], costs["dram_to_hbm"][0])
+        self.tokens = np.zeros((2, n_calls), np.int64)  # SSD loads, DRAM|SSD loads
+        self.bytes, self.time = np.zeros((2, n_calls)), np.zeros(n_calls)
+        self.ends = np.zeros(3, np.int64)  # i0, i1, i2 so far
 
-    def _add(self, lo: int, hi: int, sign: int) -> None:
-        # np.add.at costs the slice, not the calls (a bincount made three per-call arrays at
-        # every move: 0.27 s of a 1 M-call curve); integer adds, exact
-        if hi > lo:
-            tok = self.tok[lo:hi]
-            np.add.at(self.sums, self.call[lo:hi], tok if sign > 0 else -tok)
+    def move(self, i0, i1, i2, created: float, cfg) -> dict:
+        new = np.maximum(self.ends, (i0, i1, i2))
+        _slide(self.call, self.tok, self.ends, new, self.tokens, self.bytes, self.time,
+               self.bpt, *self.bw)  # fmt: skip
+        self.ends = new
+        b = self.bytes
+        return link_totals(float(b[0].sum()), float(b[1].sum()), float(self.time.sum()), created, cfg)  # fmt: skip
 
-    def move(self, a: int, b: int) -> np.ndarray:
-        self._add(self.b, max(b, self.b), 1)
-        self._add(self.a, max(a, self.a), -1)
-        self.a, self.b = max(a, self.a), max(b, self.b)
-        return self.sums.astype(np.float64)
+
+@nb.njit(cache=True)
+def _slide(call, tok, old, new, tokens, byts, time, bpt, bw0, bw1):  # pragma: no cover
+    """Runs [old[2], new[2]) enter both slices, [old[1], new[1]) leave the SSD loads' and
+    [old[0], new[0]) the DRAM|SSD loads'; then each touched call's bytes and time anew."""
+    for i in range(old[2], new[2]):
+        tokens[0, call[i]] += tok[i]
+        tokens[1, call[i]] += tok[i]
+    for i in range(old[1], new[1]):
+        tokens[0, call[i]] -= tok[i]
+    for i in range(old[0], new[0]):
+        tokens[1, call[i]] -= tok[i]
+    for e in range(3):
+        for i in range(old[e], new[e]):
+            c = call[i]
+            # float(tokens) * bpt, each load's time, the slower (NaN kept, as np.maximum)
+            x, y = tokens[0, c] * bpt, tokens[1, c] * bpt
+            byts[0, c], byts[1, c] = x, y
+            a, b = x / bw0, y / bw1
+            time[c] = a if (a >= b or a != a) else b
