@@ -53,7 +53,7 @@ def chain_curve(trace: Trace, cfg: ServingConfig, grid, caps: TierCapacities, bl
     cum = np.maximum.accumulate(points / bpt, axis=1)
     keys = np.unique(_key(cum))
     # the reads come bucketed by group (a counting sort): a point's loads are a slice of them
-    tok_all, n_reads, rt, n_blk, call, tok = _group(rec, keys)
+    tok_all, n_reads, rt, n_blk, reads = _group(rec, keys)
     # cumulative over the groups: [u] is the sum over runs at most keys[u - 1] deep
     c_tok, c_at, c_rt, c_n = (np.concatenate(([0], np.cumsum(a))) for a in (tok_all, n_reads, rt, n_blk))  # fmt: skip
     # tokens created at every point: first uses (the configured point's creations, less its
@@ -67,7 +67,7 @@ def chain_curve(trace: Trace, cfg: ServingConfig, grid, caps: TierCapacities, bl
         # a tier's capacity only grows along the sorted grid, so each call's SSD and DRAM|SSD
         # load tokens (slices [i1, i2) and [i0, i2) of the grouped reads) grow and shrink at
         # the ends: integer sums, exact in any order
-        loads = _Loads(call, tok, n_calls, bpt, costs)
+        loads = _Loads(reads, c_at, n_calls, bpt, costs)
         for gi in np.argsort(grid, kind="stable"):
             # the reads found in HBM, at most in DRAM, at most on SSD: the groups before u
             u = _upto(keys, cum[1 + ti * len(grid) + gi])
@@ -81,7 +81,7 @@ def chain_curve(trace: Trace, cfg: ServingConfig, grid, caps: TierCapacities, bl
                 "hit_blocks": int(c_n[hi] - c_n[lo]),
                 "hit_tokens": int(c_rt[hi] - c_rt[lo]),
                 "recompute_tokens": int(reused) - int(c_rt[u[2]]),
-                **loads.move(*c_at[u], float(created) * bpt, cfg),
+                **loads.move(u, float(created) * bpt, cfg),
             }  # fmt: skip
     return pl.DataFrame(rows), summary
 
@@ -101,8 +101,8 @@ def _upto(keys: np.ndarray, caps) -> np.ndarray:
 def _group(rec, keys):  # pragma: no cover (compiled)
     """Runs grouped by depth: group u holds the runs deeper than keys[u - 1] and at most
     keys[u] deep (the last: deeper than all). Per group the tokens of all runs, and the
-    count, read tokens and blocks of its reads; the reads' calls and tokens bucketed by group
-    (group 0's first, each in record order)."""
+    count, read tokens and blocks of its reads; the reads' call, tokens and group in record
+    (time) order, then their calls and tokens bucketed by group (group 0's first)."""
     n, m = rec.shape[0], keys.size + 1
     tok_all, n_reads = np.zeros(m, np.int64), np.zeros(m, np.int64)
     rt, n_blk = np.zeros(m, np.int64), np.zeros(m, np.int64)
@@ -118,55 +118,86 @@ def _group(rec, keys):  # pragma: no cover (compiled)
     at = np.zeros(m, np.int64)  # each group's next free place
     for u in range(1, m):
         at[u] = at[u - 1] + n_reads[u - 1]
-    call, tok = np.empty(at[m - 1] + n_reads[m - 1], np.int64), np.empty(at[m - 1] + n_reads[m - 1], np.int64)  # fmt: skip
+    size = at[m - 1] + n_reads[m - 1]
+    reads = np.empty((5, size), np.int64)  # call, tokens, group; bucketed call, tokens
+    j = 0
     for i in range(n):
         if rec[i, R_READ] == 1:
-            j = at[grp[i]]
-            call[j], tok[j] = rec[i, R_CALL], rec[i, R_TOK]
-            at[grp[i]] = j + 1
-    return tok_all, n_reads, rt, n_blk, call, tok
+            u = grp[i]
+            reads[0, j], reads[1, j], reads[2, j] = rec[i, R_CALL], rec[i, R_TOK], u
+            reads[3, at[u]], reads[4, at[u]] = rec[i, R_CALL], rec[i, R_TOK]
+            at[u] += 1
+            j += 1
+    return tok_all, n_reads, rt, n_blk, reads
 
 
 class _Loads:
-    """Per call its SSD-load and DRAM|SSD-load bytes and transfer time, over the slices
-    [i1, i2) and [i0, i2) of the grouped reads, whose ends only move forward; ``move`` gives
-    ``link_sums``' totals at the new slices. Only the calls of the runs that enter or leave
-    are touched (a point costs its moved runs and three sums, not five passes over every
-    call); each value is made by the same operations as ``link_sums`` makes it, so the
-    totals are bit-identical to its."""
+    """Per call its SSD-load and DRAM|SSD-load bytes and transfer time, over the reads of
+    groups [u1, u2) and [u0, u2), whose ends only move forward; ``move`` gives
+    ``link_sums``' totals at the new groups. A small move touches only the calls of the runs
+    that enter or leave (slices of the bucketed reads: scattered calls, ~35 ns a run); a large
+    one (a sweep's first point) sums every read again in time order, where neighbouring reads
+    are neighbouring calls (a few ns a run). Each value is made by the same operations as
+    ``link_sums`` makes it, so the totals are bit-identical to its."""
 
-    def __init__(self, call, tok, n_calls: int, bpt: float, costs: dict) -> None:
-        self.call, self.tok, self.bpt = call, tok, bpt
+    def __init__(self, reads, c_at, n_calls: int, bpt: float, costs: dict) -> None:
+        self.reads, self.c_at, self.bpt = reads, c_at, bpt
         self.bw = (costs["ssd_to_dram"][0], costs["dram_to_hbm"][0])
-        self.tokens = np.zeros((2, n_calls), np.int64)  # SSD loads, DRAM|SSD loads
+        self.tokens = np.zeros((n_calls, 2), np.int64)  # SSD, DRAM|SSD loads: one cache line
         self.bytes, self.time = np.zeros((2, n_calls)), np.zeros(n_calls)
-        self.ends = np.zeros(3, np.int64)  # i0, i1, i2 so far
+        self.u = np.zeros(3, np.int64)  # u0, u1, u2 so far
 
-    def move(self, i0, i1, i2, created: float, cfg) -> dict:
-        new = np.maximum(self.ends, (i0, i1, i2))
-        _slide(self.call, self.tok, self.ends, new, self.tokens, self.bytes, self.time,
-               self.bpt, *self.bw)  # fmt: skip
-        self.ends = new
+    def move(self, u, created: float, cfg) -> dict:
+        new = np.maximum(self.u, u)
+        moved = int((self.c_at[new] - self.c_at[self.u]).sum())
+        args = (self.tokens, self.bytes, self.time, self.bpt, *self.bw)
+        if moved * 8 > self.reads.shape[1]:
+            _fill(self.reads, *new, *args)
+        else:
+            _slide(self.reads, self.c_at[self.u], self.c_at[new], *args)
+        self.u = new
         b = self.bytes
         return link_totals(float(b[0].sum()), float(b[1].sum()), float(self.time.sum()), created, cfg)  # fmt: skip
 
 
+@nb.njit(cache=True, inline="always")
+def _refresh(c, tokens, byts, time, bpt, bw0, bw1):  # pragma: no cover (compiled)
+    """Call c's bytes and time from its tokens: float(tokens) * bpt, each load's time, the
+    slower (NaN kept, as np.maximum)."""
+    x, y = tokens[c, 0] * bpt, tokens[c, 1] * bpt
+    byts[0, c], byts[1, c] = x, y
+    a, b = x / bw0, y / bw1
+    time[c] = a if (a >= b or a != a) else b
+
+
 @nb.njit(cache=True)
-def _slide(call, tok, old, new, tokens, byts, time, bpt, bw0, bw1):  # pragma: no cover
-    """Runs [old[2], new[2]) enter both slices, [old[1], new[1]) leave the SSD loads' and
-    [old[0], new[0]) the DRAM|SSD loads'; then each touched call's bytes and time anew."""
+def _slide(reads, old, new, tokens, byts, time, bpt, bw0, bw1):  # pragma: no cover
+    """Bucketed reads [old[2], new[2]) enter both loads, [old[1], new[1]) leave the SSD
+    loads and [old[0], new[0]) the DRAM|SSD loads; then each touched call anew."""
+    call, tok = reads[3], reads[4]
     for i in range(old[2], new[2]):
-        tokens[0, call[i]] += tok[i]
-        tokens[1, call[i]] += tok[i]
+        tokens[call[i], 0] += tok[i]
+        tokens[call[i], 1] += tok[i]
     for i in range(old[1], new[1]):
-        tokens[0, call[i]] -= tok[i]
+        tokens[call[i], 0] -= tok[i]
     for i in range(old[0], new[0]):
-        tokens[1, call[i]] -= tok[i]
+        tokens[call[i], 1] -= tok[i]
     for e in range(3):
         for i in range(old[e], new[e]):
-            c = call[i]
-            # float(tokens) * bpt, each load's time, the slower (NaN kept, as np.maximum)
-            x, y = tokens[0, c] * bpt, tokens[1, c] * bpt
-            byts[0, c], byts[1, c] = x, y
-            a, b = x / bw0, y / bw1
-            time[c] = a if (a >= b or a != a) else b
+            _refresh(call[i], tokens, byts, time, bpt, bw0, bw1)
+
+
+@nb.njit(cache=True)
+def _fill(reads, u0, u1, u2, tokens, byts, time, bpt, bw0, bw1):  # pragma: no cover
+    """Every call's loads anew from the reads in time order: groups [u1, u2) on SSD, [u0,
+    u2) in DRAM or on SSD."""
+    tokens[:] = 0
+    for i in range(reads.shape[1]):
+        u = reads[2, i]
+        if u0 <= u < u2:
+            c = reads[0, i]
+            tokens[c, 1] += reads[1, i]
+            if u >= u1:
+                tokens[c, 0] += reads[1, i]
+    for c in range(time.size):
+        _refresh(c, tokens, byts, time, bpt, bw0, bw1)
