@@ -52,7 +52,7 @@ def streamed(g, caps, cuts, window):
         base = np.array([slot[c] for c in g.chain[lo:hi].tolist()], np.int64)
         out.append(st_.feed(base, *cols(g, slice(lo, hi))))
         ended = [c for c in dict.fromkeys(g.chain[lo:hi].tolist()) if last[c] < hi]
-        st_.release([slot[c] for c in ended], [width[c] for c in ended])
+        st_.release([slot[c] for c in ended])
         free += [(slot.pop(c), int(width[c])) for c in ended]
     return np.concatenate(out) if out else np.zeros((0, 7), np.int64), st_.glob
 

@@ -37,6 +37,11 @@ SC_FIELDS = 6
 # block tokens, read tokens, is a read
 R_CALL, R_DIST, R_N, R_TOK, R_RT, R_READ = range(6)
 AHEAD = 32  # calls
+# a chain's state at its base b, cs[4 b + field] (int32) and ck[2 b + field] (int64): its
+# positions from spt on are run A [spt, A_END) last used at window time TA, run B [A_END,
+# B_END) at TB, none after B_END (B_END 0: a chain with no call yet); KA, KB: their tokens
+B_END, A_END, TA, TB = 0, 1, 2, 3
+KA, KB = 0, 1
 ROOM = 4  # a compacted window has room for ROOM x its live times: few compactions
 
 
@@ -70,9 +75,10 @@ def _tier(d, caps):  # pragma: no cover (compiled)
 
 
 @nb.njit(cache=True, _nrt=False)
-def _compact(wt, bf, remap, sc, cap, ptime, stime):  # pragma: no cover (compiled)
+def _compact(wt, bf, remap, sc, cap, cs, stime):  # pragma: no cover (compiled)
     """Compact the window in place: times deeper than ``cap`` (before the horizon) become
-    DEAD and times with no block left are dropped; ``ptime``/``stime`` are renumbered. Only
+    DEAD and times with no block left are dropped; the chains' runs and ``stime`` are
+    renumbered. Only
     weights decide a distance, so closing the gaps keeps every distance."""
     used, total = sc[NOW], sc[TOTAL]
     h = 0
@@ -86,9 +92,11 @@ def _compact(wt, bf, remap, sc, cap, ptime, stime):  # pragma: no cover (compile
         remap[i] = live
         wt[live] = v
         live += v != 0
-    for q in range(ptime.size):
-        if ptime[q] >= 0:
-            ptime[q] = remap[ptime[q]]
+    for q in range(0, cs.size, 4):
+        if cs[q + TA] >= 0:
+            cs[q + TA] = remap[cs[q + TA]]
+        if cs[q + TB] >= 0:
+            cs[q + TB] = remap[cs[q + TB]]
     for q in range(stime.size):
         if stime[q] >= 0:
             stime[q] = remap[stime[q]]
@@ -258,8 +266,64 @@ def _section(
 
 
 @nb.njit(cache=True, _nrt=False, inline="always")
+def _chain_reads(
+    k, lo, hi, cb, s, nr, reused_k, n_in_k, bs, caps, pw, cs, ck, wt, bf, sc, acc, glob, rec,
+):  # fmt: skip  # pragma: no cover (compiled)
+    """The chain's positions ``lo`` (its spt) .. ``hi - 1`` read at window time ``s``, run by
+    run as ``_section`` reads them, from the chain's two runs instead of a time per block: a
+    call reads its chain's whole prefix, so after it the chain holds at most the run it read
+    and the run it wrote (``_call``), and a read costs its runs, not its blocks. A run's
+    tokens are its stored sum unless the read ends inside it (then summed from ``pw``).
+    Returns the tokens read."""
+    sc[NOW] = s + 1
+    b_end = cs[4 * cb + B_END]
+    a_end = cs[4 * cb + A_END] if b_end > lo else lo
+    b_end = max(b_end, lo)
+    ta, tb = cs[4 * cb + TA], cs[4 * cb + TB]
+    total = 0
+    j = lo
+    while j < hi:
+        if j < a_end:
+            p, e = ta, a_end
+            if tb == p and b_end > a_end:  # both behind the horizon: one run, as blocks are
+                e = b_end
+        elif j < b_end:
+            p, e = tb, b_end
+        else:
+            p, e = -1, hi
+        j1 = min(e, hi)
+        if p == -1:  # never used (or gone from its chain): new
+            tok = 0
+            for x in range(j, j1):
+                v = min(bs, n_in_k - x * bs)
+                pw[cb + x] = v
+                tok += v
+            glob[G_DISTINCT] += j1 - j
+        elif j1 < e:  # the read ends inside the run
+            tok = 0
+            for x in range(j, j1):
+                tok += pw[cb + x]
+        else:
+            tok = (ck[2 * cb + KA] if j < a_end else 0) + (ck[2 * cb + KB] if e == b_end else 0)
+        if p >= 0:
+            # within the HBM boundary's suffix: an HBM hit (kv-curve records every distance)
+            near = p >= sc[B0] and rec.shape[0] == 0
+            d = 0 if near else _dist(bf, wt, sc, p)
+            _slot_add(bf, wt, sc, p, -tok, caps[0])
+        else:  # new, or behind the horizon: found nowhere, placed again
+            d = -1
+            sc[TOTAL] += tok
+        _slot_add(bf, wt, sc, s, tok, caps[0])
+        rt = (j1 - j) * bs - (nr * bs - reused_k if j1 == nr else 0)
+        _account(k, d, j1 - j, tok, 1, rt, caps, acc, glob, rec, sc)
+        total += tok
+        j = j1
+    return total
+
+
+@nb.njit(cache=True, _nrt=False, inline="always")
 def _call(
-    k, t, cb, nr, wp, nb, n_in_k, reused_k, spt_k, sh_base_k, bs, caps, ptime, pw, stime, sw,
+    k, t, cb, nr, wp, nb, n_in_k, reused_k, spt_k, sh_base_k, bs, caps, pw, cs, ck, stime, sw,
     wt, bf, sc, acc, glob, rec,
 ):  # fmt: skip  # pragma: no cover (compiled)
     """One call's references from window time t on, in four sections of one time each;
@@ -275,7 +339,10 @@ def _call(
     positions past a shorter prompt) lies after it. The one exception is this call's own
     shared reads, which its shared writes may use again: their blocks before ``wp`` are still
     there, and leave the distance. The work per run is a few loads plus one pass over its
-    blocks: the window holds runs, not blocks."""
+    blocks: the window holds runs, not blocks.
+
+    Afterwards the chain holds run A, the positions [spt, max(wp, spt)) it read (wp <= nr:
+    each is read before it is written), and run B, those it wrote, up to nb; past nb none."""
     n0 = min(nr, spt_k)
     s0 = t if n0 > 0 else -5  # (-5: no time)
     s = t
@@ -283,10 +350,18 @@ def _call(
         _section(k, 0, n0, sh_base_k, stime, sw, s, 1, -5, 0, nr, reused_k, n_in_k, bs, caps,
                  wt, bf, sc, acc, glob, rec)  # fmt: skip
         s += 1
+    b_end = max(nb, spt_k)
+    a_end = min(max(wp, spt_k), b_end)
+    ta, ka = -1, 0
     if spt_k < nr:
-        _section(k, spt_k, nr, cb, ptime, pw, s, 1, -5, 0, nr, reused_k, n_in_k, bs, caps,
-                 wt, bf, sc, acc, glob, rec)  # fmt: skip
+        ka = _chain_reads(k, spt_k, nr, cb, s, nr, reused_k, n_in_k, bs, caps, pw, cs, ck, wt,
+                          bf, sc, acc, glob, rec)  # fmt: skip
+        for x in range(a_end, nr):  # read, and rewritten below or past the prompt: not in A
+            ka -= pw[cb + x]
+        ta = s
         s += 1
+    else:
+        a_end = spt_k
     h1 = min(nb, spt_k)
     if wp < h1:
         before = 0  # this call's shared reads before wp: still at s0, older than the writes
@@ -295,6 +370,8 @@ def _call(
         _section(k, wp, h1, sh_base_k, stime, sw, s, 0, s0, before, nr, reused_k, n_in_k, bs,
                  caps, wt, bf, sc, acc, glob, rec)  # fmt: skip
         s += 1
+    cs[4 * cb + B_END], cs[4 * cb + A_END], cs[4 * cb + TA], cs[4 * cb + TB] = b_end, a_end, ta, -1
+    ck[2 * cb + KA], ck[2 * cb + KB] = ka, 0
     # writes: private positions [max(wp, spt), nb) are new blocks (full, then maybe one short)
     j0 = max(wp, spt_k)
     if j0 >= nb:
@@ -304,8 +381,8 @@ def _call(
     for x in range(j0, nb):
         v = bs if x < full_end else n_in_k - (nb - 1) * bs
         pw[cb + x] = v
-        ptime[cb + x] = s
         tok += v
+    cs[4 * cb + TB], ck[2 * cb + KB] = s, tok
     glob[G_DISTINCT] += nb - j0
     sc[NOW] = s + 1
     _slot_add(bf, wt, sc, s, tok, caps[0])
@@ -317,7 +394,7 @@ def _call(
 @nb.njit(cache=True, _nrt=False, nogil=True)  # a caller's thread may work beside it
 def _feed(
     base, n_blk, n_read, write_pos, n_in, reused, spt, sh_base, last, k0, acc,
-    bs, caps, horizon, ptime, pw, phi, stime, sw, wt, bf, remap, sc, glob, rec,
+    bs, caps, horizon, pw, cs, ck, stime, sw, wt, bf, remap, sc, glob, rec,
 ):  # fmt: skip  # pragma: no cover (compiled)
     """Calls k0.. of the batch; returns where it stopped: the end, or a call that needs a
     larger window or more ``rec`` rows (the caller grows it and resumes; arrays are never
@@ -327,14 +404,16 @@ def _feed(
         cb = base[k]
         nref = n_read[k] + n_blk[k] - write_pos[k]
         # a later call's chain state and the window where its blocks were last used are cold:
-        # ask for them a few calls ahead (its positions now, its window lines next)
-        # (a prefetch never faults; the one real load below stays inside the chain's slot)
+        # ask for them a few calls ahead (its runs now, its window lines next)
+        # (a prefetch never faults; the one real load below stays inside the chain's state)
         if k + 2 * AHEAD < base.size:
-            q = base[k + 2 * AHEAD] + spt[k + 2 * AHEAD]
-            _prefetch(ptime, q)
-            _prefetch(ptime, q + 16)
+            q = base[k + 2 * AHEAD]
+            _prefetch(cs, 4 * q)
+            _prefetch(ck, 2 * q)
         if k + AHEAD < base.size and spt[k + AHEAD] < n_blk[k + AHEAD]:
-            p = ptime[base[k + AHEAD] + spt[k + AHEAD]]
+            b = base[k + AHEAD]
+            p = cs[4 * b + TA] if cs[4 * b + TA] >= 0 else cs[4 * b + TB]
+            _prefetch(pw, b + cs[4 * b + A_END])
             if p >= 0:
                 _prefetch(wt, p)
                 _prefetch(wt, p + 16)
@@ -342,16 +421,13 @@ def _feed(
         if rec.shape[0] > 0 and sc[REC] + nref > rec.shape[0]:
             return k
         if sc[NOW] + nref > wt.size:
-            _compact(wt, bf, remap, sc, horizon, ptime, stime)
+            _compact(wt, bf, remap, sc, horizon, cs, stime)
             _boundary(wt, sc, caps[0])
             if ROOM * (sc[NOW] + nref) > wt.size:
                 return k
         t = sc[NOW]
         sc[NOW] = _call(k, t, cb, n_read[k], write_pos[k], n_blk[k], n_in[k], reused[k], spt[k],
-              sh_base[k], bs, caps, ptime, pw, stime, sw, wt, bf, sc, acc, glob, rec)  # fmt: skip
-        # positions past this prompt are gone from the chain (their blocks age out)
-        hi = max(phi[cb], n_blk[k]) if last[k] else phi[cb]
-        for j in range(0 if last[k] else n_blk[k], hi):
-            ptime[cb + j] = -1
-        phi[cb] = 0 if last[k] else n_blk[k]  # a chain's last call frees its slot
+              sh_base[k], bs, caps, pw, cs, ck, stime, sw, wt, bf, sc, acc, glob, rec)  # fmt: skip
+        if last[k]:  # a chain's last call frees its slot
+            cs[4 * cb + B_END], cs[4 * cb + TA], cs[4 * cb + TB] = 0, -1, -1
     return base.size

@@ -204,8 +204,8 @@ class Slots:
             m = sel.size - n
             self.base[sel[n:]] = self.top + (np.arange(m, dtype=np.int64) << k)
             self.top += m << k
-        if self.top > self.state.ptime.size:
-            self.state.grow(pool=max(self.top, 2 * self.state.ptime.size))
+        if self.top > self.state.pool:
+            self.state.grow(pool=max(self.top, 2 * self.state.pool))
         return self.base[chain]
 
     def done(self, chain: np.ndarray) -> None:
@@ -213,7 +213,7 @@ class Slots:
         u, n = np.unique(chain, return_counts=True)
         self.left[u] -= n
         ended = u[self.left[u] == 0]
-        self.state.release(self.base[ended], np.int64(1) << self.cls[ended])
+        self.state.release(self.base[ended])
         for k in np.unique(self.cls[ended]).tolist():
             got = self.base[ended[self.cls[ended] == k]]
             self.free[k] = np.concatenate((self.free.get(k, np.zeros(0, np.int64)), got))
