@@ -132,18 +132,21 @@ def test_the_helpers_input_is_handed_over_without_waiting_for_it(tmp_path, monke
 
 
 # A run as the `agentx` command runs (agentx.cli.main with no argv: the process's own command),
-# printing afterwards whether its kernels were interpreted (plain functions) or compiled: the
-# pricing kernel, the KV geometry's and the simulator's, those of them it ran.
+# printing as it exits (an exit handler: a command that succeeded ends the process itself,
+# agentx.cli._exit_now) whether its kernels were interpreted (plain functions) or compiled:
+# the pricing kernel, the KV geometry's and the simulator's, those of them it ran.
 OWN_RUN = (
-    "import sys\n"
+    "import atexit, sys\n"
     "from agentx.cli import main\n"
     "sys.argv[0] = 'agentx'\n"
-    "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
-    "kinds = {type(getattr(sys.modules[m], f)).__name__ for m, f in"
+    "def report():\n"
+    "    kinds = {type(getattr(sys.modules[m], f)).__name__ for m, f in"
     " (('agentx.replay.kernel', '_price_serial'), ('agentx.kv.geometry_ops', 'keys_kernel'),"
     " ('agentx.dynamics.kernel', 'simulate_kernel'))"
     " if m in sys.modules}\n"
-    "print('kernel', *sorted(kinds))\n"
+    "    print('kernel', *sorted(kinds))\n"
+    "atexit.register(report)\n"
+    "main()\n"
 )
 
 

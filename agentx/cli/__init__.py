@@ -269,9 +269,37 @@ def main(argv: list[str] | None = None) -> None:
         warm.OWN_PROCESS = True
     try:
         cli.main(args=argv, prog_name="agentx")
+    except SystemExit as done:
+        if argv is None and done.code in (0, None):
+            _exit_now()
+        raise
     finally:
         if argv is None:  # the process's own command (not a caller's): the process ends next
             # and the interpreter's last full collection would walk those objects again,
             # finding no garbage among modules that live to the end (10 M-call replay: its
             # shutdown 0.09-0.11 s instead of 0.21-0.44 s, three alternating runs each)
             gc.freeze()
+
+
+def _exit_now() -> None:
+    """End the process of a command that succeeded without tearing the interpreter down.
+
+    The command's files are written and closed (atomically) by now. What an interpreter's
+    exit would still do that matters is done here, in its order: non-daemon threads joined
+    (``threading._shutdown``), then the exit handlers (a kernel helper stopped, agentx.warm;
+    Ray shut down), then stdout and stderr flushed. What is skipped is freeing every object one
+    by one: numba's compiled modules, polars' and numpy's buffers (0.4-0.9 s after a 10 M-call
+    replay, ~0.5 s after a 1 M-call kv-curve, of which ~0.4 CPU s; the kernel takes the
+    memory back at once). Where either private hook is missing, or a flush fails, the normal
+    exit runs instead."""
+    import atexit
+    import threading
+
+    try:
+        threading._shutdown()
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 (the normal exit, then)
+        return
+    os._exit(0)
