@@ -78,8 +78,7 @@ def _tier(d, caps):  # pragma: no cover (compiled)
 def _compact(wt, bf, remap, sc, cap, cs, stime):  # pragma: no cover (compiled)
     """Compact the window in place: times deeper than ``cap`` (before the horizon) become
     DEAD and times with no block left are dropped; the chains' runs and ``stime`` are
-    renumbered. Only
-    weights decide a distance, so closing the gaps keeps every distance."""
+    renumbered. Only weights decide a distance, so closing the gaps keeps every distance."""
     used, total = sc[NOW], sc[TOTAL]
     h = 0
     while h < used and total > cap:
@@ -267,9 +266,9 @@ def _section(
 
 @nb.njit(cache=True, _nrt=False, inline="always")
 def _chain_reads(
-    k, lo, hi, cb, s, nr, reused_k, n_in_k, bs, caps, pw, cs, ck, wt, bf, sc, acc, glob, rec,
+    k, lo, cb, s, nr, reused_k, n_in_k, bs, caps, pw, cs, ck, wt, bf, sc, acc, glob, rec,
 ):  # fmt: skip  # pragma: no cover (compiled)
-    """The chain's positions ``lo`` (its spt) .. ``hi - 1`` read at window time ``s``, run by
+    """The chain's positions ``lo`` (its spt) .. ``nr - 1`` read at window time ``s``, run by
     run as ``_section`` reads them, from the chain's two runs instead of a time per block: a
     call reads its chain's whole prefix, so after it the chain holds at most the run it read
     and the run it wrote (``_call``), and a read costs its runs, not its blocks. A run's
@@ -282,7 +281,7 @@ def _chain_reads(
     ta, tb = cs[4 * cb + TA], cs[4 * cb + TB]
     total = 0
     j = lo
-    while j < hi:
+    while j < nr:
         if j < a_end:
             p, e = ta, a_end
             if tb == p and b_end > a_end:  # both behind the horizon: one run, as blocks are
@@ -290,8 +289,8 @@ def _chain_reads(
         elif j < b_end:
             p, e = tb, b_end
         else:
-            p, e = -1, hi
-        j1 = min(e, hi)
+            p, e = -1, nr
+        j1 = min(e, nr)
         if p == -1:  # never used (or gone from its chain): new
             tok = 0
             for x in range(j, j1):
@@ -338,8 +337,8 @@ def _call(
     call and has moved; what stays behind (the read copy of a rewritten partial block,
     positions past a shorter prompt) lies after it. The one exception is this call's own
     shared reads, which its shared writes may use again: their blocks before ``wp`` are still
-    there, and leave the distance. The work per run is a few loads plus one pass over its
-    blocks: the window holds runs, not blocks.
+    there, and leave the distance. The work per run is a few loads (plus, for shared blocks,
+    one pass over them): the window holds runs, not blocks.
 
     Afterwards the chain holds run A, the positions [spt, max(wp, spt)) it read (wp <= nr:
     each is read before it is written), and run B, those it wrote, up to nb; past nb none."""
@@ -354,8 +353,8 @@ def _call(
     a_end = min(max(wp, spt_k), b_end)
     ta, ka = -1, 0
     if spt_k < nr:
-        ka = _chain_reads(k, spt_k, nr, cb, s, nr, reused_k, n_in_k, bs, caps, pw, cs, ck, wt,
-                          bf, sc, acc, glob, rec)  # fmt: skip
+        ka = _chain_reads(k, spt_k, cb, s, nr, reused_k, n_in_k, bs, caps, pw, cs, ck, wt, bf,
+                          sc, acc, glob, rec)  # fmt: skip
         for x in range(a_end, nr):  # read, and rewritten below or past the prompt: not in A
             ka -= pw[cb + x]
         ta = s
@@ -429,5 +428,18 @@ def _feed(
         sc[NOW] = _call(k, t, cb, n_read[k], write_pos[k], n_blk[k], n_in[k], reused[k], spt[k],
               sh_base[k], bs, caps, pw, cs, ck, stime, sw, wt, bf, sc, acc, glob, rec)  # fmt: skip
         if last[k]:  # a chain's last call frees its slot
-            cs[4 * cb + B_END], cs[4 * cb + TA], cs[4 * cb + TB] = 0, -1, -1
+            _free(cs, cb)
     return base.size
+
+
+@nb.njit(cache=True, _nrt=False, inline="always")
+def _free(cs, b):  # pragma: no cover (compiled)
+    """The chain at base ``b`` holds nothing (its blocks stay in the window and age out)."""
+    cs[4 * b + B_END], cs[4 * b + TA], cs[4 * b + TB] = 0, -1, -1
+
+
+@nb.njit(cache=True)
+def release(cs, bases):  # pragma: no cover (compiled)
+    """Free the chains at ``bases`` (ended: their slots can be reused)."""
+    for i in range(bases.size):
+        _free(cs, bases[i])

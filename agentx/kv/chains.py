@@ -43,7 +43,7 @@ import numpy as np
 
 from agentx.errors import CapacityError, UsageError
 from agentx.kv.blocks import Geometry
-from agentx.kv.chain_ops import B_END, CHUNK, NOW, REC, ROOM, SC_FIELDS, TA, TB, _feed, fenwick
+from agentx.kv.chain_ops import CHUNK, NOW, REC, ROOM, SC_FIELDS, _feed, fenwick, release
 
 WINDOW = 1 << 20
 
@@ -114,7 +114,7 @@ class ChainState:
         fenwick(self.wt, self.bf, self.sc)
 
     def release(self, bases) -> None:
-        _release(self.cs, np.asarray(bases, np.int64))
+        release(self.cs, np.asarray(bases, np.int64))
 
     def feed(self, base, n_blk, n_read, write_pos, n_in, reused, spt, sh_base, last=None) -> np.ndarray:  # fmt: skip
         # the geometry's columns go in as they are when all are int32 (agentx.kv.geometry);
@@ -175,13 +175,6 @@ def chain_pass(g: Geometry, caps_tokens, **state) -> tuple[ChainState, np.ndarra
     st = ChainState(caps_tokens, g.bs, pool, g.n_shared, **state)
     acc = st.feed(base, g.n_blk, g.n_read, g.write_pos, g.n_in, g.reused, g.spt, g.sh_base, last)  # fmt: skip
     return st, acc
-
-
-@nb.njit(cache=True)
-def _release(cs, bases):  # pragma: no cover (compiled)
-    for i in range(bases.size):
-        cs[4 * bases[i] + B_END] = 0
-        cs[4 * bases[i] + TA] = cs[4 * bases[i] + TB] = -1
 
 
 @nb.njit(cache=True)

@@ -131,13 +131,12 @@ def link_sums(ssd: np.ndarray, lower: np.ndarray, created: float, cfg: ServingCo
     transfer time is the slower of its two loads."""
     costs = link_costs(cfg)
     t = np.maximum(ssd / costs["ssd_to_dram"][0], lower / costs["dram_to_hbm"][0])
-    return link_totals(float(ssd.sum()), float(lower.sum()), float(t.sum()), created, cfg)
+    return link_totals(float(ssd.sum()), float(lower.sum()), float(t.sum()), created, costs)
 
 
-def link_totals(ssd: float, lower: float, time_s: float, created: float, cfg: ServingConfig) -> dict:  # fmt: skip
+def link_totals(ssd: float, lower: float, time_s: float, created: float, costs: dict) -> dict:
     """``link_sums``' row from its sums: SSD-load and DRAM|SSD-load bytes, transfer time and
-    created bytes (written down both links, write-through)."""
-    costs = link_costs(cfg)
+    created bytes (written down both links, write-through); ``costs``: ``link_costs``."""
     sums = {"ssd_to_dram": ssd, "dram_to_hbm": lower, "hbm_to_dram": created, "dram_to_ssd": created}  # fmt: skip
     return {
         **{f"{k}_bytes": sums[k] for k in LINKS},

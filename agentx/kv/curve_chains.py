@@ -81,7 +81,7 @@ def chain_curve(trace: Trace, cfg: ServingConfig, grid, caps: TierCapacities, bl
                 "hit_blocks": int(c_n[hi] - c_n[lo]),
                 "hit_tokens": int(c_rt[hi] - c_rt[lo]),
                 "recompute_tokens": int(reused) - int(c_rt[u[2]]),
-                **loads.move(u, float(created) * bpt, cfg),
+                **loads.move(u, float(created) * bpt),
             }  # fmt: skip
     return pl.DataFrame(rows), summary
 
@@ -141,13 +141,13 @@ class _Loads:
     ``link_sums`` makes it, so the totals are bit-identical to its."""
 
     def __init__(self, reads, c_at, n_calls: int, bpt: float, costs: dict) -> None:
-        self.reads, self.c_at, self.bpt = reads, c_at, bpt
+        self.reads, self.c_at, self.bpt, self.costs = reads, c_at, bpt, costs
         self.bw = (costs["ssd_to_dram"][0], costs["dram_to_hbm"][0])
         self.tokens = np.zeros((n_calls, 2), np.int64)  # SSD, DRAM|SSD loads: one cache line
         self.bytes, self.time = np.zeros((2, n_calls)), np.zeros(n_calls)
         self.u = np.zeros(3, np.int64)  # u0, u1, u2 so far
 
-    def move(self, u, created: float, cfg) -> dict:
+    def move(self, u, created: float) -> dict:
         new = np.maximum(self.u, u)
         moved = int((self.c_at[new] - self.c_at[self.u]).sum())
         args = (self.tokens, self.bytes, self.time, self.bpt, *self.bw)
@@ -157,7 +157,7 @@ class _Loads:
             _slide(self.reads, self.c_at[self.u], self.c_at[new], *args)
         self.u = new
         b = self.bytes
-        return link_totals(float(b[0].sum()), float(b[1].sum()), float(self.time.sum()), created, cfg)  # fmt: skip
+        return link_totals(float(b[0].sum()), float(b[1].sum()), float(self.time.sum()), created, self.costs)  # fmt: skip
 
 
 @nb.njit(cache=True, inline="always")
