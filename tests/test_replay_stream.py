@@ -162,8 +162,10 @@ def test_cli_calls_modes(tmp_path):
     big = pl.read_parquet(tmp_path / "full" / "calls.parquet")
     assert set(small.columns) < set(big.columns)
     assert {"ttft_s", "decode_latency_s", "kv_recompute_tokens", "session_id"} <= set(small.columns)
-    # the KV link bytes stay: the report's per-call KV traffic chart reads them
-    assert {"kv_dram_to_hbm_bytes", "kv_transfer_energy_j"} <= set(small.columns)
+    # the KV link bytes stay (the report's per-call KV traffic chart reads them); the reload
+    # time and energy follow from them and the summary's link costs (agentx sql derives them)
+    assert {"kv_dram_to_hbm_bytes", "kv_ssd_to_dram_bytes"} <= set(small.columns)
+    assert not {"kv_transfer_time_s", "kv_transfer_energy_j"} & set(small.columns)
     assert not [c for c in small.columns if c.endswith(("_flops", "_comm_bytes"))]
     assert_frames_close(small, big.select(small.columns))
 
@@ -207,15 +209,16 @@ def test_sql_derives_the_sums_a_summary_run_leaves_out(tmp_path):
         assert set(DERIVED["replay_calls"]) <= set(cols)
         got = db.query(
             "SELECT run, call_index, session_id, fill_time_s, decode_time_s, total_time_s, "
-            "total_energy_j, kv_hit_tokens, kv_hit_ratio, kv_dram_to_ssd_bytes FROM replay_calls "
+            "total_energy_j, kv_hit_tokens, kv_hit_ratio, kv_dram_to_ssd_bytes, "
+            "kv_transfer_time_s, kv_transfer_energy_j FROM replay_calls "
             "ORDER BY run, session_id, call_index"
         )
     full, summ = (got.filter(pl.col("run") == r).drop("run") for r in ("full", "summary"))
     assert_frames_close(full, summ)
-    # the summary file leaves total energy and the DRAM->SSD bytes out: the view's values are
-    # the stored ones, bit for bit
+    # the summary file leaves total energy, the DRAM->SSD bytes and the reload time and
+    # energy out: the view's values are the stored ones, bit for bit
     stored = pl.read_parquet_schema(tmp_path / "runs/summary/calls.parquet")
-    for c in ("total_energy_j", "kv_dram_to_ssd_bytes"):
+    for c in ("total_energy_j", "kv_dram_to_ssd_bytes", "kv_transfer_time_s", "kv_transfer_energy_j"):  # fmt: skip
         assert c not in stored
         assert summ[c].to_list() == full[c].to_list()
     w = WHOLE.calls
@@ -228,6 +231,28 @@ def test_sql_derives_the_sums_a_summary_run_leaves_out(tmp_path):
     )
     hits = w["kv_hbm_hit_tokens"] + w["kv_dram_hit_tokens"] + w["kv_ssd_hit_tokens"]
     assert full["kv_hit_tokens"].to_list() == hits.to_list()
+
+
+def test_sql_derives_reload_time_and_energy_bit_for_bit(tmp_path):
+    """A summary file leaves out each call's KV reload time and energy; agentx sql makes them
+    from the link bytes and summary.json's link costs, equal to what --calls full stores
+    (twenty times the load, so that blocks spill to DRAM and come back)."""
+    from agentx.analysis import open_db
+
+    p = tmp_path / "t.parquet"
+    write_trace(TRACE, p)
+    for mode in ("full", "summary"):
+        _replay_dir(p, tmp_path / "runs" / mode, "--calls", mode, "--load-scale", "20")
+    stored = pl.read_parquet_schema(tmp_path / "runs/summary/calls.parquet")
+    assert "kv_transfer_time_s" not in stored and "kv_dram_to_hbm_bytes" in stored
+    with open_db([], [tmp_path / "runs"]) as db:
+        got = db.query(
+            "SELECT run, kv_transfer_time_s, kv_transfer_energy_j FROM replay_calls "
+            "ORDER BY run, session_id, call_index"
+        )
+    full, summ = (got.filter(pl.col("run") == r).drop("run") for r in ("full", "summary"))
+    assert (full["kv_transfer_time_s"] > 0).sum() > 10
+    assert summ.to_dict(as_series=False) == full.to_dict(as_series=False)
 
 
 @settings(max_examples=15)

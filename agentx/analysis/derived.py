@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+import polars as pl
+
 STAGE_SUM = " + ".join(
     f"{s}_{{k}}" for s in ("prefill", "midfill", "decode_attention", "decode_experts")
 )
@@ -44,3 +47,34 @@ def derived_columns(view: str, columns) -> str:
             else:
                 add.append(f', {expr} AS "{name}"')
     return ("*" + (f" REPLACE ({', '.join(fill)})" if fill else "")) + "".join(add)
+
+
+def with_kv_transfer(df: pl.DataFrame, summary: dict) -> pl.DataFrame:
+    """``df`` (a replay's calls) with ``kv_transfer_time_s`` and ``kv_transfer_energy_j``
+    where it left them out (``--calls summary``), from its link bytes and the link costs of
+    its summary.json (``kv_tiers.links``), by the float operations of the kernel that priced
+    them (agentx.kv.tiers._place): the values ``--calls full`` stores, bit for bit. A frame
+    that has them, or lacks an input, is returned as it is."""
+    links = ((summary or {}).get("kv_tiers") or {}).get("links")
+    names = ("ssd_to_dram", "dram_to_hbm", "hbm_to_dram", "dram_to_ssd")
+    have = set(df.columns)
+    if not links or {"kv_transfer_time_s", "kv_transfer_energy_j"} <= have:
+        return df
+    # under write-through a block written to DRAM goes on to SSD in the same call
+    cols = {k: f"kv_{k}_bytes" if f"kv_{k}_bytes" in have else None for k in names}
+    cols["dram_to_ssd"] = cols["dram_to_ssd"] or cols["hbm_to_dram"]
+    if None in cols.values() or any(k not in links for k in names):
+        return df
+    x = [df.get_column(cols[k]).cast(pl.Float64).to_numpy() for k in names]
+    bw = [float(links[k]["bytes_per_s"]) for k in names[:2]]
+    j = [float(links[k]["j_per_byte"]) for k in names]
+    with np.errstate(all="ignore"):
+        t0, t1 = x[0] / bw[0], x[1] / bw[1]
+        # the slower of the two pipelined loads, a NaN kept (as the kernel's t0 >= t1 or NaN)
+        time_s = np.where((t0 >= t1) | np.isnan(t0), t0, t1)
+        energy_j = 0.0 + x[0] * j[0]  # Python's sum(): 0 + the first term, then in order
+        for xi, ji in zip(x[1:], j[1:], strict=True):
+            energy_j = energy_j + xi * ji
+    return df.with_columns(
+        pl.Series("kv_transfer_time_s", time_s), pl.Series("kv_transfer_energy_j", energy_j)
+    )

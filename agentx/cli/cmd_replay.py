@@ -244,7 +244,7 @@ def command(
             recycled_pages()
 
             read = [*TRACE_COLUMNS, *(KV_COLUMNS if kv_tiers else ())]
-            cols = calls_columns(calls_mode, read + list(_priced_columns(kv_tiers)))
+            cols = calls_columns(calls_mode, read + list(_priced_columns(kv_tiers)), False)
             try:
                 result = replay_file(trace, cfg, kv_tiers=kv_tiers, calls_path=calls_path,
                                      meta=meta, columns=cols, rows=chunk_rows,
@@ -257,7 +257,7 @@ def command(
             # Partitions are priced, written as row groups of calls.parquet and dropped as they come.
             per_call = kv.per_call if kv is not None else None
             cols = calls_columns(
-                calls_mode, tr.calls.columns + list(_priced_columns(kv is not None))
+                calls_mode, tr.calls.columns + list(_priced_columns(kv is not None)), False
             )
             # only what calls.parquet keeps is priced per call (the stage sums take every row)
             priced = () if calls_path is None else cols

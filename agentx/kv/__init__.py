@@ -251,6 +251,9 @@ def _summary(counts, per_call, g, caps, policy, write_policy, cfg) -> dict:
         "link_time_s": {k: float(per_call[f"kv_{k}_bytes"].sum()) / costs[k][0] for k in LINKS},
         "transfer_time_s": float(per_call["kv_transfer_time_s"].sum()),
         "transfer_energy_j": float(per_call["kv_transfer_energy_j"].sum()),
+        # what a call's reload time and energy are made of: agentx sql derives the per-call
+        # kv_transfer_* columns a --calls summary file leaves out from them (analysis.derived)
+        "links": {k: {"bytes_per_s": costs[k][0], "j_per_byte": costs[k][1]} for k in LINKS},
         "pinned_shared_bytes": float(counts["pinned_tokens"] * bytes_per_token),
     }
 

@@ -31,16 +31,19 @@ CALLS_MODES = ("summary", "full", "none")
 DEFAULT_CALLS = "summary"
 DICTIONARY_PAGE_BYTES = 1 << 16
 DICTIONARY_PROBE_ROWS = 1 << 16  # head of the first frame that decides a float's dictionary
+TRANSFER = ("kv_transfer_time_s", "kv_transfer_energy_j")  # derivable: calls_columns
 
 
-def calls_columns(mode: str, available) -> list[str] | None:
+def calls_columns(mode: str, available, transfer: bool = True) -> list[str] | None:
     """Columns of calls.parquet for ``--calls`` ``mode`` (None: all). ``summary`` (the
     default) keeps what the per-call queries and charts use (docs/metrics.md): trace keys,
     per-stage time and energy, latencies and the KV tier outcome (tokens, link bytes, reload
     time and energy); total energy (their sum) and the DRAM->SSD bytes (the HBM->DRAM bytes,
     under write-through) are derived by ``agentx sql`` bit for bit
     (agentx/analysis/derived.py); per-stage FLOPs, HBM and comm bytes stay in ``full`` and in
-    the sums of stages.parquet and summary.json."""
+    the sums of stages.parquet and summary.json. ``transfer`` False: the reload time and
+    energy go too (a replay's: ``agentx sql`` derives them from the link bytes and the link
+    costs in summary.json; a fleet's add its shared store's time, so they stay)."""
     from agentx.replay.replay import TRACE_COLUMNS
     from agentx.replay.stages import STAGES
 
@@ -48,6 +51,7 @@ def calls_columns(mode: str, available) -> list[str] | None:
         raise UsageError(f"--calls must be one of {', '.join(CALLS_MODES)}, got '{mode}'")
     if mode != "summary":
         return None
+    left_out = {"kv_dram_to_ssd_bytes"} | (set() if transfer else set(TRANSFER))
     keep = (
         *TRACE_COLUMNS,
         *(f"{st}_{k}" for st in STAGES for k in ("time_s", "energy_j")),
@@ -55,7 +59,7 @@ def calls_columns(mode: str, available) -> list[str] | None:
         "decode_latency_s",
         # under write-through (every replay's policy) a block written to DRAM goes on to SSD
         # in the same call: the DRAM->SSD bytes are the HBM->DRAM bytes, derived by the view
-        *(c for c in available if c.startswith("kv_") and c != "kv_dram_to_ssd_bytes"),
+        *(c for c in available if c.startswith("kv_") and c not in left_out),
     )
     return [c for c in dict.fromkeys(keep) if c in available]
 
