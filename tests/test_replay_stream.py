@@ -166,6 +166,8 @@ def test_cli_calls_modes(tmp_path):
     # time and energy follow from them and the summary's link costs (agentx sql derives them)
     assert {"kv_dram_to_hbm_bytes", "kv_ssd_to_dram_bytes"} <= set(small.columns)
     assert not {"kv_transfer_time_s", "kv_transfer_energy_j"} & set(small.columns)
+    # so are the decode experts' time and energy: output tokens x a per-token cost
+    assert not {"decode_experts_time_s", "decode_experts_energy_j"} & set(small.columns)
     assert not [c for c in small.columns if c.endswith(("_flops", "_comm_bytes"))]
     assert_frames_close(small, big.select(small.columns))
 
@@ -218,7 +220,7 @@ def test_sql_derives_the_sums_a_summary_run_leaves_out(tmp_path):
     # the summary file leaves total energy, the DRAM->SSD bytes and the reload time and
     # energy out: the view's values are the stored ones, bit for bit
     stored = pl.read_parquet_schema(tmp_path / "runs/summary/calls.parquet")
-    for c in ("total_energy_j", "kv_dram_to_ssd_bytes", "kv_transfer_time_s", "kv_transfer_energy_j"):  # fmt: skip
+    for c in ("total_energy_j", "kv_dram_to_ssd_bytes", "kv_transfer_time_s", "kv_transfer_energy_j", "decode_time_s"):  # fmt: skip
         assert c not in stored
         assert summ[c].to_list() == full[c].to_list()
     w = WHOLE.calls
@@ -233,10 +235,11 @@ def test_sql_derives_the_sums_a_summary_run_leaves_out(tmp_path):
     assert full["kv_hit_tokens"].to_list() == hits.to_list()
 
 
-def test_sql_derives_reload_time_and_energy_bit_for_bit(tmp_path):
-    """A summary file leaves out each call's KV reload time and energy; agentx sql makes them
-    from the link bytes and summary.json's link costs, equal to what --calls full stores
-    (twenty times the load, so that blocks spill to DRAM and come back)."""
+def test_sql_derives_reload_and_decode_expert_columns_bit_for_bit(tmp_path):
+    """A summary file leaves out each call's KV reload time and energy and its decode-experts
+    time and energy; agentx sql makes them from the link bytes, the output tokens and
+    summary.json's constants, equal to what --calls full stores (twenty times the load, so
+    that blocks spill to DRAM and come back)."""
     from agentx.analysis import open_db
 
     p = tmp_path / "t.parquet"
@@ -245,13 +248,16 @@ def test_sql_derives_reload_time_and_energy_bit_for_bit(tmp_path):
         _replay_dir(p, tmp_path / "runs" / mode, "--calls", mode, "--load-scale", "20")
     stored = pl.read_parquet_schema(tmp_path / "runs/summary/calls.parquet")
     assert "kv_transfer_time_s" not in stored and "kv_dram_to_hbm_bytes" in stored
+    assert "decode_experts_energy_j" not in stored
     with open_db([], [tmp_path / "runs"]) as db:
         got = db.query(
-            "SELECT run, kv_transfer_time_s, kv_transfer_energy_j FROM replay_calls "
+            "SELECT run, kv_transfer_time_s, kv_transfer_energy_j, decode_experts_time_s, "
+            "decode_experts_energy_j, total_energy_j FROM replay_calls "
             "ORDER BY run, session_id, call_index"
         )
     full, summ = (got.filter(pl.col("run") == r).drop("run") for r in ("full", "summary"))
     assert (full["kv_transfer_time_s"] > 0).sum() > 10
+    assert full["decode_experts_energy_j"].n_unique() > 10
     assert summ.to_dict(as_series=False) == full.to_dict(as_series=False)
 
 

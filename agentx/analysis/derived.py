@@ -49,13 +49,32 @@ def derived_columns(view: str, columns) -> str:
     return ("*" + (f" REPLACE ({', '.join(fill)})" if fill else "")) + "".join(add)
 
 
-def with_kv_transfer(df: pl.DataFrame, summary: dict) -> pl.DataFrame:
-    """``df`` (a replay's calls) with ``kv_transfer_time_s`` and ``kv_transfer_energy_j``
-    where it left them out (``--calls summary``), from its link bytes and the link costs of
-    its summary.json (``kv_tiers.links``), by the float operations of the kernel that priced
-    them (agentx.kv.tiers._place): the values ``--calls full`` stores, bit for bit. A frame
-    that has them, or lacks an input, is returned as it is."""
-    links = ((summary or {}).get("kv_tiers") or {}).get("links")
+def with_run_columns(df: pl.DataFrame, summary: dict) -> pl.DataFrame:
+    """``df`` (a replay's calls) with the columns a ``--calls summary`` file leaves out that
+    follow from its stored columns and constants of its summary.json, made by the float
+    operations of the kernels that priced them: the values ``--calls full`` stores, bit for
+    bit. A column already there, or one whose inputs are missing, is left as it is."""
+    return _decode_experts(_kv_transfer(df, summary or {}), summary or {})
+
+
+def _decode_experts(df: pl.DataFrame, summary: dict) -> pl.DataFrame:
+    """Decode-experts time and energy: output tokens × the per-token cost
+    (``decode_experts_per_output_token``; agentx.replay.kernel._one's one multiplication)."""
+    per = summary.get("decode_experts_per_output_token")
+    if not per or "output_tokens" not in df.columns:
+        return df
+    m = df.get_column("output_tokens").to_numpy().astype(np.float64)
+    return df.with_columns(
+        pl.Series(f"decode_experts_{k}", m * float(per[k]))
+        for k in ("time_s", "energy_j")
+        if f"decode_experts_{k}" not in df.columns
+    )
+
+
+def _kv_transfer(df: pl.DataFrame, summary: dict) -> pl.DataFrame:
+    """KV reload time and energy from the link bytes and the link costs of ``kv_tiers.links``,
+    as agentx.kv.tiers._place makes them."""
+    links = (summary.get("kv_tiers") or {}).get("links")
     names = ("ssd_to_dram", "dram_to_hbm", "hbm_to_dram", "dram_to_ssd")
     have = set(df.columns)
     if not links or {"kv_transfer_time_s", "kv_transfer_energy_j"} <= have:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
-from agentx.analysis.derived import with_kv_transfer
+from agentx.analysis.derived import with_run_columns
 from agentx.analysis.views_db import RUN_VIEWS, TRACE_VIEWS, Database, _register
 from agentx.io import read_parquet_checked
 from agentx.runs import Run
@@ -108,6 +108,6 @@ def _add_runs(
             if view in TRACE_VIEWS or view in RUN_VIEWS:
                 view = f"{run.kind.replace('-', '_')}_{view}"
             df, _ = read_parquet_checked(table_file)
-            if view == "replay_calls":  # reload time and energy a summary file left out
-                df = with_kv_transfer(df, run.summary())
+            if view == "replay_calls":  # what a summary file left out for its summary.json
+                df = with_run_columns(df, run.summary())
             tables.setdefault(view, []).append(df.with_columns(pl.lit(name).alias("run")))

@@ -31,19 +31,26 @@ CALLS_MODES = ("summary", "full", "none")
 DEFAULT_CALLS = "summary"
 DICTIONARY_PAGE_BYTES = 1 << 16
 DICTIONARY_PROBE_ROWS = 1 << 16  # head of the first frame that decides a float's dictionary
-TRANSFER = ("kv_transfer_time_s", "kv_transfer_energy_j")  # derivable: calls_columns
+# what agentx sql derives from a replay's summary.json (analysis.derived): calls_columns
+DERIVABLE = (
+    "kv_transfer_time_s",
+    "kv_transfer_energy_j",
+    "decode_experts_time_s",
+    "decode_experts_energy_j",
+)
 
 
-def calls_columns(mode: str, available, transfer: bool = True) -> list[str] | None:
+def calls_columns(mode: str, available, derivable: bool = True) -> list[str] | None:
     """Columns of calls.parquet for ``--calls`` ``mode`` (None: all). ``summary`` (the
     default) keeps what the per-call queries and charts use (docs/metrics.md): trace keys,
     per-stage time and energy, latencies and the KV tier outcome (tokens, link bytes, reload
     time and energy); total energy (their sum) and the DRAM->SSD bytes (the HBM->DRAM bytes,
     under write-through) are derived by ``agentx sql`` bit for bit
     (agentx/analysis/derived.py); per-stage FLOPs, HBM and comm bytes stay in ``full`` and in
-    the sums of stages.parquet and summary.json. ``transfer`` False: the reload time and
-    energy go too (a replay's: ``agentx sql`` derives them from the link bytes and the link
-    costs in summary.json; a fleet's add its shared store's time, so they stay)."""
+    the sums of stages.parquet and summary.json. ``derivable`` False: the
+    KV reload time and energy and the decode-experts time and energy go too (a replay's:
+    ``agentx sql`` derives them from the link bytes, the output tokens and constants of its
+    summary.json; a fleet's reload time has its shared store's added, so they stay)."""
     from agentx.replay.replay import TRACE_COLUMNS
     from agentx.replay.stages import STAGES
 
@@ -51,10 +58,10 @@ def calls_columns(mode: str, available, transfer: bool = True) -> list[str] | No
         raise UsageError(f"--calls must be one of {', '.join(CALLS_MODES)}, got '{mode}'")
     if mode != "summary":
         return None
-    left_out = {"kv_dram_to_ssd_bytes"} | (set() if transfer else set(TRANSFER))
+    left_out = {"kv_dram_to_ssd_bytes"} | (set() if derivable else set(DERIVABLE))
     keep = (
         *TRACE_COLUMNS,
-        *(f"{st}_{k}" for st in STAGES for k in ("time_s", "energy_j")),
+        *(c for st in STAGES for k in ("time_s", "energy_j") if (c := f"{st}_{k}") not in left_out),
         "ttft_s",
         "decode_latency_s",
         # under write-through (every replay's policy) a block written to DRAM goes on to SSD

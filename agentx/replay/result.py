@@ -87,6 +87,16 @@ def replay_result(calls, cfg, totals: Totals, latency, resident, kv_summary) -> 
         if coef.calibrated
         else ENERGY_MODEL + " (no TDP published: fallback pJ/FLOP, no static power)",
     }
+    # a call's decode-experts time and energy are its output tokens times these (the pricing
+    # kernel's one multiplication): agentx sql derives the columns a summary file leaves out
+    from agentx.replay.kernel import K_ENERGY, K_TIME
+    from agentx.replay.kernel_params import params
+
+    exp_tok = params(cfg)[2]
+    summary["decode_experts_per_output_token"] = {
+        "time_s": float(exp_tok[K_TIME]),
+        "energy_j": float(exp_tok[K_ENERGY]),
+    }
     if kv_summary is not None:
         summary["kv_tiers"] = kv_summary
     return ReplayResult(calls, stage_df, fp_df, summary)
