@@ -130,3 +130,23 @@ def test_rows_held_in_blocks_of_any_size_give_the_same_rows(seed, block_rows, cu
         rows.slice(0, 1)
     with pytest.raises(UsageError, match=rf"^rows {n}\.\.{n} are outside 0\.\.{n - 1}$"):
         rows.slice(n, 1)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(sorted(TRACES)), st.integers(1, 90))
+def test_outcome_by_row_in_any_batches_is_the_time_order_put_at_its_rows(seed, batch):
+    """A streaming replay runs the chain kernel in time-ordered batches and puts each batch's
+    outcome at its trace rows beside it: the rows hold exactly what one pass in time order
+    gives, for any batch size, and the lazy rows made from them are the whole frame's."""
+    trace = TRACES[seed]
+    g = geometry(trace)
+    caps = capacities_for(CFG).tokens(CFG.kv_bytes_per_token)
+    acc, glob = chain_outcomes(g, caps)
+    got, glob2 = chain_outcomes(g, caps, by_row=batch)
+    want = np.empty_like(acc)
+    want[g.row] = acc
+    assert got.dtype == acc.dtype and np.array_equal(got, want)
+    assert np.array_equal(glob, glob2)
+    rows = RowOutcome(got, None, trace.calls.height, CFG, lambda sums: sums)
+    whole = replay_tiers(trace, CFG).per_call
+    assert rows.slice(0, trace.calls.height).equals(whole)

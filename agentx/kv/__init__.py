@@ -39,6 +39,8 @@ from agentx.traces.io import Trace
 
 TIER_NAMES = ("hbm", "dram", "ssd")
 # trace columns only the KV model reads (pricing and calls.parquet never do)
+# calls per batch of a streaming replay's chain kernel, each put at its rows while the next runs
+ROW_BATCH = 1 << 19
 KV_ONLY_COLUMNS = ("is_compaction", "shared_prefix_tokens", "block_size_tokens", "block_hashes")
 
 
@@ -119,13 +121,15 @@ def _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs, 
                 trace.calls.drop_in_place(c)
     if beside is not None:
         beside(g.row)
-    acc, glob = chain_outcomes(g, caps.tokens(cfg.kv_bytes_per_token))
+    # a streaming replay takes the outcome by rows: put there beside the kernel (chains.py)
+    by_row = ROW_BATCH if lazy else 0
+    acc, glob = chain_outcomes(g, caps.tokens(cfg.kv_bytes_per_token), by_row=by_row)
     g = _ChainFacts.of(g)  # the per-call geometry goes before the frame comes (10 M-call peak)
     if lazy:
         from agentx.kv.rows import LazyKvResult, RowOutcome
 
         counts, geo = _chain_counts(g, acc, glob)
-        rows = RowOutcome(acc, g.row, trace.calls.height, cfg,
+        rows = RowOutcome(acc, None, trace.calls.height, cfg,
                           lambda sums: _summary(counts, sums, geo, caps, "lru", "write-through", cfg))  # fmt: skip
         return LazyKvResult(rows)
     return chains_result(trace, cfg, caps, g, acc, glob)

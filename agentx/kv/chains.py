@@ -157,12 +157,38 @@ class ChainState:
         return self.rec[: self.sc[REC]]
 
 
-def chain_outcomes(g: Geometry, caps_tokens, window: int = WINDOW):
+def chain_outcomes(g: Geometry, caps_tokens, window: int = WINDOW, by_row: int = 0):
     """Per call (time order) ``acc`` columns and the global counters, at capacities
     ``caps_tokens`` (HBM, DRAM, SSD; inclusive, made cumulative). ``window``: first size of
-    the Fenwick window in references (grown as needed; any value gives the same result)."""
-    st, acc = chain_pass(g, caps_tokens, window=window)
-    return acc, st.glob
+    the Fenwick window in references (grown as needed; any value gives the same result).
+
+    ``by_row`` > 0: ``acc`` in the trace's row order instead (row ``g.row[k]`` holds call k's).
+    The kernel then walks the calls in time-ordered batches of ``by_row`` and a worker thread
+    puts each finished batch at its rows while the kernel goes on with the next, on the core
+    the kernel leaves idle, instead of a streaming replay's main thread gathering them per
+    partition (agentx.kv.rows) while the calls.parquet writer holds the other core."""
+    if by_row <= 0:
+        st, acc = chain_pass(g, caps_tokens, window=window)
+        return acc, st.glob
+    from concurrent.futures import ThreadPoolExecutor
+
+    n_chain = int(g.chain.max()) + 1 if g.chain.size else 0
+    base, last, pool = _slots(g.chain, g.n_blk, n_chain)
+    st = ChainState(caps_tokens, g.bs, pool, g.n_shared, window=window)
+    n = base.size
+    # the width every batch's acc takes (ChainState.feed): 32 bits unless a prompt is 2^31
+    wide = n and int(np.asarray(g.n_in).max()) >= 2**31
+    out = np.empty((n, 7), np.int64 if wide else np.int32)
+    geo = (g.n_blk, g.n_read, g.write_pos, g.n_in, g.reused, g.spt, g.sh_base)
+    with ThreadPoolExecutor(max_workers=1) as put:
+        jobs = []
+        for a in range(0, n, by_row):
+            b = min(n, a + by_row)
+            acc = st.feed(base[a:b], *(x[a:b] for x in geo), last[a:b])
+            jobs.append(put.submit(_put_rows, acc, g.row[a:b], out))
+        for job in jobs:
+            job.result()
+    return out, st.glob
 
 
 def chain_pass(g: Geometry, caps_tokens, **state) -> tuple[ChainState, np.ndarray]:
@@ -221,3 +247,11 @@ def _bounds(base, n_blk, spt, sh_base):  # pragma: no cover (compiled)
         hi = max(hi, base[k] + n_blk[k])
         sh_hi = max(sh_hi, sh_base[k] + min(spt[k], n_blk[k]))
     return lo, hi, sh_hi
+
+
+@nb.njit(cache=True, nogil=True)
+def _put_rows(acc, row, out):  # pragma: no cover (compiled)
+    """Each call's ``acc`` row at its trace row ``row[k]`` of ``out``."""
+    for k in range(row.size):
+        for c in range(acc.shape[1]):
+            out[row[k], c] = acc[k, c]

@@ -44,14 +44,15 @@ def acc_columns(acc: np.ndarray) -> dict[str, np.ndarray]:
 
 class RowOutcome:
     """``PER_CALL`` rows of any row range (``slice``), from the kernel's ``acc`` (time order,
-    ``row[k]``: the trace row of call k); ``summary`` once every row was sliced. ``acc`` is
+    ``row[k]``: the trace row of call k; ``row`` None: ``acc`` is in row order already,
+    ``chain_outcomes(by_row=...)``); ``summary`` once every row was sliced. ``acc`` is
     let go once every row was made; a block of ``block_rows`` rows whose every row was
     sliced is refused a second time."""
 
-    def __init__(self, acc: np.ndarray, row: np.ndarray, n_rows: int, cfg, summarize,
+    def __init__(self, acc: np.ndarray, row: np.ndarray | None, n_rows: int, cfg, summarize,
                  block_rows: int = BLOCK_ROWS) -> None:  # fmt: skip
-        if row.size != n_rows:  # every trace row is a call of the time order
-            raise UsageError(f"expected {n_rows} calls in time order, got {row.size}")
+        if (acc.shape[0] if row is None else row.size) != n_rows:  # every trace row is a call
+            raise UsageError(f"expected {n_rows} calls in time order, got {acc.shape[0] if row is None else row.size}")  # fmt: skip
         self._acc, self._row, self._at = acc, row, None
         self._b = block_rows
         self._left_in = [min(block_rows, n_rows - a) for a in range(0, n_rows, block_rows)]
@@ -69,12 +70,15 @@ class RowOutcome:
             self._left_in[k] -= min(end, (k + 1) * b) - max(offset, k * b)
         if length == 0:
             return np.zeros((0, self._width), self._dtype)
-        if self._at is None:  # each row's place in time order, made once
-            n = self.height
-            at = np.empty(n, np.int64 if n >= 2**31 else np.int32)
-            at[self._row] = np.arange(n, dtype=at.dtype)
-            self._at, self._row = at, None
-        out = np.take(self._acc, self._at[offset:end], axis=0)
+        if self._row is None and self._at is None:  # acc in row order already: a view
+            out = self._acc[offset:end]
+        else:
+            if self._at is None:  # each row's place in time order, made once
+                n = self.height
+                at = np.empty(n, np.int64 if n >= 2**31 else np.int32)
+                at[self._row] = np.arange(n, dtype=at.dtype)
+                self._at, self._row = at, None
+            out = np.take(self._acc, self._at[offset:end], axis=0)
         if self._left == length:  # the last rows: the outcome goes
             self._acc = self._at = None
         return out
