@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import numpy as np
+import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -223,6 +224,25 @@ def test_traffic_over_time_adds_up_to_the_per_call_bytes(tr, bucket_s):
         np.testing.assert_allclose(
             buckets[f"kv_{k}_bytes_per_s"] * bucket_s, buckets[f"kv_{k}_bytes"]
         )
+
+
+@SETTINGS
+@given(
+    trace_objects(with_hashes=True, max_sessions=3, max_calls_per_session=6),
+    st.booleans(),
+    st.sampled_from([(1e2, 3e2, 1e3), (1e3, 3e3, 1e4), (1e30, 1e30, 1e30)]),
+)
+def test_every_reused_token_is_a_hit_or_a_recompute(tr, hashes, caps):
+    """Call by call, the tiers' hits and the recomputes add up to the reused prefix, with or
+    without block hashes: agentx sql derives a summary file's HBM hits from it
+    (analysis.derived)."""
+    if not hashes:
+        tr = tr.__class__(tr.calls.with_columns(block_hashes=None), tr.meta)
+    pc = replay_tiers(tr, CFG, TierCapacities(*(c * BPT for c in caps))).per_call
+    got = pc.select(
+        pl.sum_horizontal("kv_hbm_hit_tokens", "kv_dram_hit_tokens", "kv_ssd_hit_tokens", "kv_recompute_tokens")
+    ).to_series()  # fmt: skip
+    assert got.to_list() == tr.calls["reused_prefix_tokens"].to_list()
 
 
 @SETTINGS

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentx.analysis.derived import with_run_columns
 from agentx.catalog import load_catalog
 from agentx.cli import cli
 from agentx.replay import make_config, replay_trace
@@ -237,16 +238,28 @@ def test_cli_writes_run_and_is_byte_identical(trace_path, tmp_path):
     assert manifest["config"]["kv_tiers"] and "kv_tiers" in summary
     calls = pl.read_parquet(outs[0] / "calls.parquet")
     assert calls.columns[0] == "session_id"
+    # HBM hits and new tokens are not stored: they follow from the other counts (agentx sql
+    # derives them, as with_run_columns does here), because every reused token is a hit or
+    # a recompute, which the --calls full file below shows call by call
+    assert not {"kv_hbm_hit_tokens", "new_tokens"} & set(calls.columns)
+    calls = with_run_columns(calls, summary)
     tiers = summary["kv_tiers"]
     for tier in ("hbm", "dram", "ssd"):
         assert calls[f"kv_{tier}_hit_tokens"].sum() == tiers["hits"][tier]["tokens"]
     assert calls["kv_recompute_tokens"].sum() == tiers["recompute"]["tokens"]
-    hit_or_recompute = calls.select(
+    res = runner.invoke(cli, ["replay", str(trace_path), "--hw", "gb200", "--gpus", "32", "-q",
+                              "--calls", "full", "-o", str(tmp_path / "full")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    full = pl.read_parquet(tmp_path / "full" / "calls.parquet")
+    hit_or_recompute = full.select(
         pl.sum_horizontal(
             "kv_hbm_hit_tokens", "kv_dram_hit_tokens", "kv_ssd_hit_tokens", "kv_recompute_tokens"
         )
     ).to_series()
-    assert hit_or_recompute.equals(calls["reused_prefix_tokens"], check_names=False)
+    assert hit_or_recompute.equals(full["reused_prefix_tokens"], check_names=False)
+    assert full["new_tokens"].equals(full["input_tokens"] - full["reused_prefix_tokens"])
+    for c in ("kv_hbm_hit_tokens", "new_tokens"):
+        assert calls[c].to_list() == full[c].to_list()
     # DRAM->SSD bytes are not stored: under write-through they are the HBM->DRAM bytes
     # (agentx sql derives them: tests/test_replay_stream.py)
     assert "kv_dram_to_ssd_bytes" not in calls.columns

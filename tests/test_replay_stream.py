@@ -166,8 +166,10 @@ def test_cli_calls_modes(tmp_path):
     # time and energy follow from them and the summary's link costs (agentx sql derives them)
     assert {"kv_dram_to_hbm_bytes", "kv_ssd_to_dram_bytes"} <= set(small.columns)
     assert not {"kv_transfer_time_s", "kv_transfer_energy_j"} & set(small.columns)
-    # so are the decode experts' time and energy: output tokens x a per-token cost
+    # so are the decode experts' time and energy (output tokens x a per-token cost), the new
+    # tokens (input - reused) and the HBM hits (reused - the other hits - recomputes)
     assert not {"decode_experts_time_s", "decode_experts_energy_j"} & set(small.columns)
+    assert not {"new_tokens", "kv_hbm_hit_tokens"} & set(small.columns)
     assert not [c for c in small.columns if c.endswith(("_flops", "_comm_bytes"))]
     assert_frames_close(small, big.select(small.columns))
 
@@ -252,7 +254,8 @@ def test_sql_derives_reload_and_decode_expert_columns_bit_for_bit(tmp_path):
     with open_db([], [tmp_path / "runs"]) as db:
         got = db.query(
             "SELECT run, kv_transfer_time_s, kv_transfer_energy_j, decode_experts_time_s, "
-            "decode_experts_energy_j, total_energy_j FROM replay_calls "
+            "decode_experts_energy_j, total_energy_j, new_tokens, kv_hbm_hit_tokens, "
+            "kv_hit_tokens FROM replay_calls "
             "ORDER BY run, session_id, call_index"
         )
     full, summ = (got.filter(pl.col("run") == r).drop("run") for r in ("full", "summary"))

@@ -54,7 +54,28 @@ def with_run_columns(df: pl.DataFrame, summary: dict) -> pl.DataFrame:
     follow from its stored columns and constants of its summary.json, made by the float
     operations of the kernels that priced them: the values ``--calls full`` stores, bit for
     bit. A column already there, or one whose inputs are missing, is left as it is."""
-    return _decode_experts(_kv_transfer(df, summary or {}), summary or {})
+    return _decode_experts(_kv_transfer(_counts(df), summary or {}), summary or {})
+
+
+def _counts(df: pl.DataFrame) -> pl.DataFrame:
+    """Token counts that follow from others: a call's new tokens are its input less its reused
+    prefix (a rule of the trace schema), and every reused token is found in a tier or
+    recomputed (agentx.kv: the tiers' hits and the recomputes add up to the reused prefix)."""
+    rules = {
+        "new_tokens": pl.col("input_tokens") - pl.col("reused_prefix_tokens"),
+        "kv_hbm_hit_tokens": pl.col("reused_prefix_tokens")
+        - pl.col("kv_dram_hit_tokens")
+        - pl.col("kv_ssd_hit_tokens")
+        - pl.col("kv_recompute_tokens"),
+    }
+    have = set(df.columns)
+    need = {"new_tokens": ("input_tokens",), "kv_hbm_hit_tokens": ("kv_dram_hit_tokens", "kv_ssd_hit_tokens", "kv_recompute_tokens")}  # fmt: skip
+    add = [
+        expr.alias(name)
+        for name, expr in rules.items()
+        if name not in have and {"reused_prefix_tokens", *need[name]} <= have
+    ]
+    return df.with_columns(add) if add else df
 
 
 def _decode_experts(df: pl.DataFrame, summary: dict) -> pl.DataFrame:

@@ -33,6 +33,8 @@ DICTIONARY_PAGE_BYTES = 1 << 16
 DICTIONARY_PROBE_ROWS = 1 << 16  # head of the first frame that decides a float's dictionary
 # what agentx sql derives from a replay's summary.json (analysis.derived): calls_columns
 DERIVABLE = (
+    "new_tokens",  # input - reused (a rule of the trace schema)
+    "kv_hbm_hit_tokens",  # reused - DRAM and SSD hits - recomputes (every reused token is one)
     "kv_transfer_time_s",
     "kv_transfer_energy_j",
     "decode_experts_time_s",
@@ -60,7 +62,7 @@ def calls_columns(mode: str, available, derivable: bool = True) -> list[str] | N
         return None
     left_out = {"kv_dram_to_ssd_bytes"} | (set() if derivable else set(DERIVABLE))
     keep = (
-        *TRACE_COLUMNS,
+        *(c for c in TRACE_COLUMNS if c not in left_out),
         *(c for st in STAGES for k in ("time_s", "energy_j") if (c := f"{st}_{k}") not in left_out),
         "ttft_s",
         "decode_latency_s",
