@@ -287,7 +287,7 @@ def _compile(q, dtab, exp_tok, calls: int, parallel: bool = True) -> None:
     for fn, args in (  # in the order a run reaches them
         (_place, (i, *[f] * 8, *[1.0] * 7, *[i] * 4, *[f] * 6)),
         (price, (q, dtab, exp_tok, f, f, f, f, f, np.empty((N_ROWS, 1)), i)),
-        (_peak, (f, f, f, f, f, f, 1.0)),
+        (_peak, (f, f, f, f, f, f, 1.0, 1.0, 1.0)),
     ):
         fn.compile(tuple(numba.typeof(a) for a in args))
 

@@ -103,7 +103,27 @@ def peak_resident(
     later = pool.submit(half, slice(h, None)) if pool is not None else None
     first = half(slice(0, h))
     second = later.result() if later is not None else half(slice(h, None))
-    return _peak(t0s, ctx0, *first, *second, float(batch))
+    return _sweep(t0s, ctx0, *first, *second, float(batch), pool)
+
+
+def _sweep(t0s, ctx0, t1a, ctx1a, t1b, ctx1b, batch: float, pool) -> tuple[float, float]:
+    """``_peak`` over all events, in two pieces on two cores with ``pool``: the events before
+    the middle arrival i (the arrivals before it and the finishes at or before its time, as
+    the merge takes them) and the rest, which starts from the counts and tokens those leave.
+    Contexts are whole token counts, so every partial sum is exact in any order and the
+    second piece sees the very values one sweep would; the first piece's peak wins ties."""
+    n = t0s.size
+    if pool is None or n < 2:
+        return _peak(t0s, ctx0, t1a, ctx1a, t1b, ctx1b, batch, 0.0, 0.0)
+    i = n // 2
+    a = int(np.searchsorted(t1a, t0s[i], "right"))  # NaN finishes sort last: never before
+    b = int(np.searchsorted(t1b, t0s[i], "right"))
+    tokens = float(ctx0[:i].sum()) - float(ctx1a[:a].sum()) - float(ctx1b[:b].sum())
+    rest = (t0s[i:], ctx0[i:], t1a[a:], ctx1a[a:], t1b[b:], ctx1b[b:], batch, float(i - a - b))
+    later = pool.submit(_peak, *rest, tokens)
+    head = _peak(t0s[:i], ctx0[:i], t1a[:a], ctx1a[:a], t1b[:b], ctx1b[:b], batch, 0.0, 0.0)
+    tail = later.result()
+    return tail if tail[0] > head[0] else head
 
 
 def _starts(calls: pl.DataFrame) -> np.ndarray:
@@ -133,13 +153,14 @@ def _sorted_with(t: np.ndarray, parts: tuple, step: int = 1 << 20, by_time=None)
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
-def _peak(t0s, ctx0, t1a, ctx1a, t1b, ctx1b, batch):  # pragma: no cover (compiled)
+def _peak(t0s, ctx0, t1a, ctx1a, t1b, ctx1b, batch, active, tokens):  # pragma: no cover
     """The sweep over arrivals ``t0s``/``ctx0`` and the finishes of the trace's two halves
     (``t1a``/``ctx1a`` of the first, ``t1b``/``ctx1b`` of the second), each in stable time
-    order: at equal times a finish comes before an arrival, and the first half's first."""
+    order: at equal times a finish comes before an arrival, and the first half's first.
+    ``active``, ``tokens``: the calls and tokens resident before the first event."""
     n, na, nb = t0s.size, t1a.size, t1b.size
     i = a = b = 0
-    active, tokens, best, best_seqs = 0.0, 0.0, -1.0, 0.0
+    best, best_seqs = -1.0, 0.0
     while i < n or a < na or b < nb:
         # the earlier head of the two halves (NaN, sorted last, after any number)
         take_a = a < na and (b == nb or t1a[a] <= t1b[b] or t1b[b] != t1b[b])
