@@ -117,15 +117,15 @@ def test_rows_held_in_blocks_of_any_size_give_the_same_rows(seed, block_rows, cu
     trace = TRACES[seed]
     whole = replay_tiers(trace, CFG).per_call
     g = geometry(trace)
-    acc, _ = chain_outcomes(g, capacities_for(CFG).tokens(CFG.kv_bytes_per_token))
+    acc, _ = chain_outcomes(g, capacities_for(CFG).tokens(CFG.kv_bytes_per_token), by_row=17)
     n = trace.calls.height
-    rows = RowOutcome(acc, g.row, n, CFG, lambda sums: sums, block_rows=block_rows)
+    rows = RowOutcome(acc, n, CFG, lambda sums: sums, block_rows=block_rows)
     bounds = [0, *sorted({c for c in cuts if 0 < c < n}), n]
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
         got = rows.slice(a, b - a)
         for c in whole.columns:
             assert np.array_equal(got[c].to_numpy(), whole[c][a:b].to_numpy()), c
-    assert rows._acc is None and rows._at is None  # let go once every row was made
+    assert rows._acc is None  # let go once every row was made
     with pytest.raises(UsageError, match=r"^rows 0\.\.0 of the KV outcome were sliced before$"):
         rows.slice(0, 1)
     with pytest.raises(UsageError, match=rf"^rows {n}\.\.{n} are outside 0\.\.{n - 1}$"):
@@ -147,6 +147,6 @@ def test_outcome_by_row_in_any_batches_is_the_time_order_put_at_its_rows(seed, b
     want[g.row] = acc
     assert got.dtype == acc.dtype and np.array_equal(got, want)
     assert np.array_equal(glob, glob2)
-    rows = RowOutcome(got, None, trace.calls.height, CFG, lambda sums: sums)
+    rows = RowOutcome(got, trace.calls.height, CFG, lambda sums: sums)
     whole = replay_tiers(trace, CFG).per_call
     assert rows.slice(0, trace.calls.height).equals(whole)

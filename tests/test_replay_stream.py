@@ -200,6 +200,18 @@ def test_weka_streamed_equals_whole(weka_parquet):
     assert_results_close(got, want)
 
 
+def _full_and_summary(runs, columns: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``columns`` of agentx sql's replay_calls for the runs "full" and "summary" under
+    ``runs``, each in session and call order."""
+    from agentx.analysis import open_db
+
+    with open_db([], [runs]) as db:
+        got = db.query(
+            f"SELECT run, {columns} FROM replay_calls ORDER BY run, session_id, call_index"
+        )
+    return tuple(got.filter(pl.col("run") == r).drop("run") for r in ("full", "summary"))
+
+
 def test_sql_derives_the_sums_a_summary_run_leaves_out(tmp_path):
     from agentx.analysis import open_db
     from agentx.analysis.derived import DERIVED
@@ -210,14 +222,13 @@ def test_sql_derives_the_sums_a_summary_run_leaves_out(tmp_path):
     _replay_dir(p, tmp_path / "runs" / "summary")
     with open_db([], [tmp_path / "runs"]) as db:
         cols = db.query("SELECT * FROM replay_calls LIMIT 0").columns
-        assert set(DERIVED["replay_calls"]) <= set(cols)
-        got = db.query(
-            "SELECT run, call_index, session_id, fill_time_s, decode_time_s, total_time_s, "
-            "total_energy_j, kv_hit_tokens, kv_hit_ratio, kv_dram_to_ssd_bytes, "
-            "kv_transfer_time_s, kv_transfer_energy_j FROM replay_calls "
-            "ORDER BY run, session_id, call_index"
-        )
-    full, summ = (got.filter(pl.col("run") == r).drop("run") for r in ("full", "summary"))
+    assert set(DERIVED["replay_calls"]) <= set(cols)
+    full, summ = _full_and_summary(
+        tmp_path / "runs",
+        "call_index, session_id, fill_time_s, decode_time_s, total_time_s, total_energy_j, "
+        "kv_hit_tokens, kv_hit_ratio, kv_dram_to_ssd_bytes, kv_transfer_time_s, "
+        "kv_transfer_energy_j",
+    )
     assert_frames_close(full, summ)
     # the summary file leaves total energy, the DRAM->SSD bytes and the reload time and
     # energy out: the view's values are the stored ones, bit for bit
@@ -242,8 +253,6 @@ def test_sql_derives_reload_and_decode_expert_columns_bit_for_bit(tmp_path):
     time and energy; agentx sql makes them from the link bytes, the output tokens and
     summary.json's constants, equal to what --calls full stores (twenty times the load, so
     that blocks spill to DRAM and come back)."""
-    from agentx.analysis import open_db
-
     p = tmp_path / "t.parquet"
     write_trace(TRACE, p)
     for mode in ("full", "summary"):
@@ -251,14 +260,11 @@ def test_sql_derives_reload_and_decode_expert_columns_bit_for_bit(tmp_path):
     stored = pl.read_parquet_schema(tmp_path / "runs/summary/calls.parquet")
     assert "kv_transfer_time_s" not in stored and "kv_dram_to_hbm_bytes" in stored
     assert "decode_experts_energy_j" not in stored
-    with open_db([], [tmp_path / "runs"]) as db:
-        got = db.query(
-            "SELECT run, kv_transfer_time_s, kv_transfer_energy_j, decode_experts_time_s, "
-            "decode_experts_energy_j, total_energy_j, new_tokens, kv_hbm_hit_tokens, "
-            "kv_hit_tokens FROM replay_calls "
-            "ORDER BY run, session_id, call_index"
-        )
-    full, summ = (got.filter(pl.col("run") == r).drop("run") for r in ("full", "summary"))
+    full, summ = _full_and_summary(
+        tmp_path / "runs",
+        "kv_transfer_time_s, kv_transfer_energy_j, decode_experts_time_s, "
+        "decode_experts_energy_j, total_energy_j, new_tokens, kv_hbm_hit_tokens, kv_hit_tokens",
+    )
     assert (full["kv_transfer_time_s"] > 0).sum() > 10
     assert full["decode_experts_energy_j"].n_unique() > 10
     assert summ.to_dict(as_series=False) == full.to_dict(as_series=False)

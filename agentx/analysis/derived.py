@@ -69,11 +69,10 @@ def _counts(df: pl.DataFrame) -> pl.DataFrame:
         - pl.col("kv_recompute_tokens"),
     }
     have = set(df.columns)
-    need = {"new_tokens": ("input_tokens",), "kv_hbm_hit_tokens": ("kv_dram_hit_tokens", "kv_ssd_hit_tokens", "kv_recompute_tokens")}  # fmt: skip
     add = [
         expr.alias(name)
         for name, expr in rules.items()
-        if name not in have and {"reused_prefix_tokens", *need[name]} <= have
+        if name not in have and set(expr.meta.root_names()) <= have
     ]
     return df.with_columns(add) if add else df
 
@@ -96,6 +95,8 @@ def _kv_transfer(df: pl.DataFrame, summary: dict) -> pl.DataFrame:
     """KV reload time and energy from the link bytes and the link costs of ``kv_tiers.links``,
     as agentx.kv.tiers._place makes them."""
     links = (summary.get("kv_tiers") or {}).get("links")
+    # agentx.kv.tiers.LINKS, the kernel's summation order (not imported: agentx sql loads
+    # no numba)
     names = ("ssd_to_dram", "dram_to_hbm", "hbm_to_dram", "dram_to_ssd")
     have = set(df.columns)
     if not links or {"kv_transfer_time_s", "kv_transfer_energy_j"} <= have:

@@ -129,7 +129,7 @@ def _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs, 
         from agentx.kv.rows import LazyKvResult, RowOutcome
 
         counts, geo = _chain_counts(g, acc, glob)
-        rows = RowOutcome(acc, None, trace.calls.height, cfg,
+        rows = RowOutcome(acc, trace.calls.height, cfg,
                           lambda sums: _summary(counts, sums, geo, caps, "lru", "write-through", cfg))  # fmt: skip
         return LazyKvResult(rows)
     return chains_result(trace, cfg, caps, g, acc, glob)

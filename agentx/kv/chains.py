@@ -172,9 +172,7 @@ def chain_outcomes(g: Geometry, caps_tokens, window: int = WINDOW, by_row: int =
         return acc, st.glob
     from concurrent.futures import ThreadPoolExecutor
 
-    n_chain = int(g.chain.max()) + 1 if g.chain.size else 0
-    base, last, pool = _slots(g.chain, g.n_blk, n_chain)
-    st = ChainState(caps_tokens, g.bs, pool, g.n_shared, window=window)
+    st, base, last = _state(g, caps_tokens, window=window)
     n = base.size
     # the width every batch's acc takes (ChainState.feed): 32 bits unless a prompt is 2^31
     wide = n and int(np.asarray(g.n_in).max()) >= 2**31
@@ -194,13 +192,19 @@ def chain_outcomes(g: Geometry, caps_tokens, window: int = WINDOW, by_row: int =
 def chain_pass(g: Geometry, caps_tokens, **state) -> tuple[ChainState, np.ndarray]:
     """The whole trace through one ChainState (``state``: its keyword options); returns the
     state (counters, records) and the per-call ``acc``."""
-    # each chain's positions live at base .. + its longest prompt in blocks, in a slot that a
-    # chain seen later reuses once this one has ended: the pool spans the live chains only
-    n_chain = int(g.chain.max()) + 1 if g.chain.size else 0
-    base, last, pool = _slots(g.chain, g.n_blk, n_chain)
-    st = ChainState(caps_tokens, g.bs, pool, g.n_shared, **state)
+    st, base, last = _state(g, caps_tokens, **state)
     acc = st.feed(base, g.n_blk, g.n_read, g.write_pos, g.n_in, g.reused, g.spt, g.sh_base, last)  # fmt: skip
     return st, acc
+
+
+def _state(g: Geometry, caps_tokens, **state) -> tuple[ChainState, np.ndarray, np.ndarray]:
+    """A ChainState for the whole trace, each call's chain slot and whether it is the chain's
+    last call. Each chain's positions live at base .. + its longest prompt in blocks, in a
+    slot that a chain seen later reuses once this one has ended: the pool spans the live
+    chains only."""
+    n_chain = int(g.chain.max()) + 1 if g.chain.size else 0
+    base, last, pool = _slots(g.chain, g.n_blk, n_chain)
+    return ChainState(caps_tokens, g.bs, pool, g.n_shared, **state), base, last
 
 
 @nb.njit(cache=True)

@@ -1,17 +1,14 @@
 """The chain kernel's per-call KV outcome, kept compact and turned into ``PER_CALL`` rows per
 partition, when the streaming replay asks for them.
 
-A whole-trace ``PER_CALL`` frame is 9 columns of 8 bytes per call (720 MB at 10 M calls), made
-by a scatter from time order into row order that touches every page of it. The streaming
-driver (``agentx replay``) only ever needs one partition's rows at a time, so ``RowOutcome``
-keeps the kernel's 7 integers per call as the kernel left them, in time order (32-bit unless
-a prompt reaches 2^31 tokens: 280 MB at 10 M), gathers a partition's rows when it is sliced,
-and lets go of them once every row was. The gathers run in the pricing loop, where the main
-thread has time to spare (it waits for the calls.parquet writer), instead of all at once
-after the kernel, with the other core idle (0.36 s at 10 M calls). It makes a partition's
-frame with ``finish_frame`` itself: every per-call value is computed by the same operations
-on the same integers, so the rows (and calls.parquet) are bit-identical to slices of the
-whole frame.
+A whole-trace ``PER_CALL`` frame is 9 columns of 8 bytes per call (720 MB at 10 M calls). The
+streaming driver (``agentx replay``) only ever needs one partition's rows at a time, so
+``RowOutcome`` keeps the kernel's 7 integers per call (32-bit unless a prompt reaches 2^31
+tokens: 280 MB at 10 M) in trace row order, as ``chain_outcomes(by_row=...)`` puts them
+beside the kernel, slices a partition's rows when asked, and lets go of them once every row
+was. It makes a partition's frame with ``finish_frame`` itself: every per-call value is
+computed by the same operations on the same integers, so the rows (and calls.parquet) are
+bit-identical to slices of the whole frame.
 
 The summary's per-link float sums add the partitions' sums in order (as the out-of-core replay
 does, agentx.replay.outofcore), so they are complete once every row has been sliced; a float
@@ -43,20 +40,19 @@ def acc_columns(acc: np.ndarray) -> dict[str, np.ndarray]:
 
 
 class RowOutcome:
-    """``PER_CALL`` rows of any row range (``slice``), from the kernel's ``acc`` (time order,
-    ``row[k]``: the trace row of call k; ``row`` None: ``acc`` is in row order already,
-    ``chain_outcomes(by_row=...)``); ``summary`` once every row was sliced. ``acc`` is
-    let go once every row was made; a block of ``block_rows`` rows whose every row was
-    sliced is refused a second time."""
+    """``PER_CALL`` rows of any row range (``slice``), from the kernel's ``acc`` in trace row
+    order (``chain_outcomes(by_row=...)`` puts it there beside the kernel); ``summary`` once
+    every row was sliced. ``acc`` is let go once every row was made; a block of
+    ``block_rows`` rows whose every row was sliced is refused a second time."""
 
-    def __init__(self, acc: np.ndarray, row: np.ndarray | None, n_rows: int, cfg, summarize,
+    def __init__(self, acc: np.ndarray, n_rows: int, cfg, summarize,
                  block_rows: int = BLOCK_ROWS) -> None:  # fmt: skip
-        if (acc.shape[0] if row is None else row.size) != n_rows:  # every trace row is a call
-            raise UsageError(f"expected {n_rows} calls in time order, got {acc.shape[0] if row is None else row.size}")  # fmt: skip
-        self._acc, self._row, self._at = acc, row, None
+        if acc.shape[0] != n_rows:  # every trace row is a call
+            raise UsageError(f"expected the outcome of {n_rows} calls, got {acc.shape[0]}")
+        self._acc = acc
+        self._width, self._dtype = acc.shape[1], acc.dtype
         self._b = block_rows
         self._left_in = [min(block_rows, n_rows - a) for a in range(0, n_rows, block_rows)]
-        self._width, self._dtype = acc.shape[1], acc.dtype
         self._cfg, self._summarize = cfg, summarize
         self._sums: dict[str, float] = {c: 0.0 for c in PER_CALL}
         self._left = n_rows
@@ -70,17 +66,9 @@ class RowOutcome:
             self._left_in[k] -= min(end, (k + 1) * b) - max(offset, k * b)
         if length == 0:
             return np.zeros((0, self._width), self._dtype)
-        if self._row is None and self._at is None:  # acc in row order already: a view
-            out = self._acc[offset:end]
-        else:
-            if self._at is None:  # each row's place in time order, made once
-                n = self.height
-                at = np.empty(n, np.int64 if n >= 2**31 else np.int32)
-                at[self._row] = np.arange(n, dtype=at.dtype)
-                self._at, self._row = at, None
-            out = np.take(self._acc, self._at[offset:end], axis=0)
+        out = self._acc[offset:end]  # a view: finish_frame only reads it
         if self._left == length:  # the last rows: the outcome goes
-            self._acc = self._at = None
+            self._acc = None
         return out
 
     def slice(self, offset: int, length: int) -> pl.DataFrame:

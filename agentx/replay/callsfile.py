@@ -49,10 +49,10 @@ def calls_columns(mode: str, available, derivable: bool = True) -> list[str] | N
     time and energy); total energy (their sum) and the DRAM->SSD bytes (the HBM->DRAM bytes,
     under write-through) are derived by ``agentx sql`` bit for bit
     (agentx/analysis/derived.py); per-stage FLOPs, HBM and comm bytes stay in ``full`` and in
-    the sums of stages.parquet and summary.json. ``derivable`` False: the
-    KV reload time and energy and the decode-experts time and energy go too (a replay's:
-    ``agentx sql`` derives them from the link bytes, the output tokens and constants of its
-    summary.json; a fleet's reload time has its shared store's added, so they stay)."""
+    the sums of stages.parquet and summary.json. ``derivable`` False: the ``DERIVABLE``
+    columns go too (a replay's: ``agentx sql`` derives them from the stored counts, link
+    bytes and output tokens and constants of its summary.json; a fleet's reload time has
+    its shared store's added, so they stay)."""
     from agentx.replay.replay import TRACE_COLUMNS
     from agentx.replay.stages import STAGES
 
