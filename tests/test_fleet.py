@@ -14,10 +14,18 @@ from hypothesis import strategies as st
 from agentx.catalog import load_catalog
 from agentx.cli import cli
 from agentx.fleet import busy_times, replay_fleet
-from agentx.fleet.router import arrival_order, bounded_load_assign, route
+from agentx.fleet.router import ROUTERS, arrival_order, bounded_load_assign, route
 from agentx.replay.config import make_config
 from agentx.testing import trace_objects
 from agentx.traces.io import read_trace
+
+
+def test_cli_offers_every_router_and_no_other():
+    """The CLI names the routers without importing the fleet (it loads numba, which a replay
+    imports while its trace is read): the two lists must agree."""
+    from agentx.cli._fleet import ROUTERS as offered
+
+    assert offered == ROUTERS
 
 
 @pytest.fixture(scope="module")

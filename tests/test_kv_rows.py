@@ -137,16 +137,19 @@ def test_rows_held_in_blocks_of_any_size_give_the_same_rows(seed, block_rows, cu
 def test_outcome_by_row_in_any_batches_is_the_time_order_put_at_its_rows(seed, batch):
     """A streaming replay runs the chain kernel in time-ordered batches and puts each batch's
     outcome at its trace rows beside it: the rows hold exactly what one pass in time order
-    gives, for any batch size, and the lazy rows made from them are the whole frame's."""
+    gives, for any batch size, and the lazy rows made from them are the whole frame's; the
+    column sums the worker adds up as it puts the batches are the outcome's."""
     trace = TRACES[seed]
     g = geometry(trace)
     caps = capacities_for(CFG).tokens(CFG.kv_bytes_per_token)
     acc, glob = chain_outcomes(g, caps)
-    got, glob2 = chain_outcomes(g, caps, by_row=batch)
+    sums = np.full(7, -1, np.int64)  # every entry is written
+    got, glob2 = chain_outcomes(g, caps, by_row=batch, sums=sums)
     want = np.empty_like(acc)
     want[g.row] = acc
     assert got.dtype == acc.dtype and np.array_equal(got, want)
     assert np.array_equal(glob, glob2)
+    assert sums.tolist() == [int(acc[:, c].sum()) for c in range(7)]
     rows = RowOutcome(got, trace.calls.height, CFG, lambda sums: sums)
     whole = replay_tiers(trace, CFG).per_call
     assert rows.slice(0, trace.calls.height).equals(whole)

@@ -12,10 +12,13 @@ ROUTER_HELP = (
 )
 
 
+# agentx.fleet.router.ROUTERS, not imported: the fleet loads numba, which a replay imports on a
+# thread while its trace is read (cmd_replay); tests/test_cli_fleet.py checks they agree
+ROUTERS = ("round-robin", "session", "kv-aware", "least-loaded")
+
+
 def routing_options(f):
     """--replicas, --gpus-total, --router, --balance-eps, --overlap-weight, --store-gb/-gbps."""
-    from agentx.fleet.router import ROUTERS
-
     for opt in reversed(
         (
             click.option(

@@ -123,37 +123,39 @@ def _replay_chains(trace, cfg, caps, block_size_tokens, share_prefix, max_refs, 
         beside(g.row)
     # a streaming replay takes the outcome by rows: put there beside the kernel (chains.py)
     by_row = ROW_BATCH if lazy else 0
-    acc, glob = chain_outcomes(g, caps.tokens(cfg.kv_bytes_per_token), by_row=by_row)
+    sums = np.zeros(7, np.int64)
+    acc, glob = chain_outcomes(g, caps.tokens(cfg.kv_bytes_per_token), by_row=by_row, sums=sums)
     g = _ChainFacts.of(g)  # the per-call geometry goes before the frame comes (10 M-call peak)
     if lazy:
         from agentx.kv.rows import LazyKvResult, RowOutcome
 
-        counts, geo = _chain_counts(g, acc, glob)
+        counts, geo = _chain_counts(g, acc, glob, sums)
         rows = RowOutcome(acc, trace.calls.height, cfg,
                           lambda sums: _summary(counts, sums, geo, caps, "lru", "write-through", cfg))  # fmt: skip
         return LazyKvResult(rows)
-    return chains_result(trace, cfg, caps, g, acc, glob)
+    return chains_result(trace, cfg, caps, g, acc, glob, sums)
 
 
-def chains_result(trace, cfg, caps, g, acc, glob) -> KvResult:
+def chains_result(trace, cfg, caps, g, acc, glob, sums=None) -> KvResult:
     """The per-call frame and summary from the chain kernel's outputs (also kv-curve's);
     ``g``: the Geometry, or its ``_ChainFacts``."""
     from agentx.kv.rows import acc_columns
 
     bpt = cfg.kv_bytes_per_token
-    counts, geo = _chain_counts(g, acc, glob)
+    counts, geo = _chain_counts(g, acc, glob, sums)
     per_call = finish_frame(acc_columns(acc), g.row, trace.calls.height, cfg, bpt)
     return KvResult(per_call, _summary(counts, per_call, geo, caps, "lru", "write-through", cfg))
 
 
-def _chain_counts(g, acc, glob) -> tuple[dict, _GeoView]:
-    """The summary's counters (exact integers) and geometry facts, from the kernel's outputs."""
+def _chain_counts(g, acc, glob, sums=None) -> tuple[dict, _GeoView]:
+    """The summary's counters (exact integers) and geometry facts, from the kernel's outputs;
+    ``sums``: each ``acc`` column's sum, when made already (``chain_outcomes``)."""
+    tok = acc.sum(axis=0, dtype=np.int64) if sums is None else sums
     counts = {
         "hits": {
-            t: {"blocks": int(glob[i]), "tokens": int(acc[:, i].sum())}
-            for i, t in enumerate(TIER_NAMES)
+            t: {"blocks": int(glob[i]), "tokens": int(tok[i])} for i, t in enumerate(TIER_NAMES)
         },
-        "recompute": {"blocks": int(glob[3]), "tokens": int(acc[:, 3].sum())},
+        "recompute": {"blocks": int(glob[3]), "tokens": int(tok[3])},
         "distinct_blocks": int(glob[4]),
         "block_references": g.n_refs,
         "pinned_tokens": 0,
