@@ -129,9 +129,9 @@ def test_calls_writer_raises_a_failed_write_and_leaves_no_file(tmp_path):
 def test_calls_writer_codecs_per_column_kind(tmp_path):
     """Integers delta-encoded then lz4, strings dictionary and zstd; floats: plain and lz4
     where over half zeros (no dictionary), dictionary and lz4 where few-valued, else plain and
-    uncompressed (chosen on the first frame and kept); priced floats carry no statistics,
-    trace columns and integers do; the metadata is the file's, no Arrow schema is stored;
-    values round-trip."""
+    uncompressed (chosen on the first frame and kept); only start times (and session ids)
+    carry statistics, not counts, costs or agents; the metadata is the file's, no Arrow
+    schema is stored; values round-trip."""
     import pyarrow.parquet as pq
 
     from agentx.replay.callsfile import DICTIONARY_PAGE_BYTES, CallsWriter
@@ -164,7 +164,9 @@ def test_calls_writer_codecs_per_column_kind(tmp_path):
         assert col[4].compression in lz4 and "RLE_DICTIONARY" in col[4].encodings
         for c in (col[1], col[2], col[5], col[6]):
             assert not any("DICTIONARY" in e for e in c.encodings)
-        assert [c.is_stats_set for c in col] == [True, False, False, True, False, True, False]
+        assert [c.is_stats_set for c in col] == [False, False, False, False, False, True, False]
+        stats = col[5].statistics
+        assert (stats.min, stats.max) == (0.0, 1.0)
     back = pl.read_parquet(tmp_path / "c.parquet")
     assert back.equals(pl.concat([frame, frame.with_columns(prefill_time_s=pl.lit(2.0))]))
     # agentx sql's DuckDB reads the split integers too
@@ -189,6 +191,25 @@ def test_session_ids_one_dictionary_entry_per_session():
     assert not pa.types.is_dictionary(back.type)
     assert back.to_pylist() == ["s-b", "s-a", "s-b"]
     assert session_ids(np.zeros(0, np.uint32), names).to_pylist() == []
+
+
+def test_calls_writer_keeps_session_id_ranges_per_row_group(tmp_path):
+    """Session ids (handed over as codes, written as a dictionary of each partition's
+    sessions) keep their min/max per row group: a reader looking up one session skips the
+    groups whose range misses it."""
+    import pyarrow.parquet as pq
+
+    from agentx.replay.callsfile import CallsWriter
+
+    names = pl.Series(["s0", "s1", "s2", "s3"])
+    frame = pl.DataFrame({"session_id": np.array([0, 0, 1], np.uint32), "input_tokens": [1, 2, 3]})
+    with CallsWriter(tmp_path / "c.parquet", session_names=names) as w:
+        w.write(frame)
+        w.write(frame.with_columns(session_id=np.array([2, 3, 3], np.uint32)))
+    md = pq.ParquetFile(tmp_path / "c.parquet").metadata
+    got = [(md.row_group(g).column(0).statistics.min, md.row_group(g).column(0).statistics.max) for g in range(2)]  # fmt: skip
+    assert got == [("s0", "s1"), ("s2", "s3")]
+    assert not md.row_group(0).column(1).is_stats_set
 
 
 def _partials(n: int, rows: int = 3):

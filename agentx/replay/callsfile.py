@@ -12,9 +12,9 @@ zstd level 1, session ids handed over as an Arrow dictionary of the partition's 
 string gathered or hashed per row); float columns with over half zeros in the first row group
 plain and lz4-compressed (fill times of a mostly-midfill trace, reload traffic), others with
 few distinct values there (decode-expert times) dictionary-encoded and lz4-compressed, the
-rest plain and uncompressed (float mantissas hardly compress). Priced float columns carry no
-min/max statistics: every row group of a session-ordered table spans their whole range, so a
-reader could skip none on them; trace columns and integers keep theirs.
+rest plain and uncompressed (float mantissas hardly compress). Only session ids and start
+times carry min/max statistics (``STATISTICS``): every row group of a session-ordered table
+spans the whole range of a per-call count or cost, so a reader could skip none on them.
 """
 
 from __future__ import annotations
@@ -31,6 +31,13 @@ CALLS_MODES = ("summary", "full", "none")
 DEFAULT_CALLS = "summary"
 DICTIONARY_PAGE_BYTES = 1 << 16
 DICTIONARY_PROBE_ROWS = 1 << 16  # head of the first frame that decides a float's dictionary
+# The columns whose row-group min/max a reader can skip groups on: a row group holds whole
+# sessions, so its session ids (a trace ordered by them gives each group its own range) and
+# its start times (a session is a burst in time) narrow; a per-call count or cost (call_index
+# from 0, tokens, KV outcome, priced floats) spans its whole range in every group. Statistics
+# cost the writer thread (the pricing loop's slower side) 7-15 ms per 2^19-call group,
+# session ids' the most (docs/metrics.md).
+STATISTICS = ("session_id", "t_start_s")
 # what agentx sql derives from a replay's summary.json (analysis.derived): calls_columns
 DERIVABLE = (
     "new_tokens",  # input - reused (a rule of the trace schema)
@@ -79,8 +86,6 @@ def parquet_options(schema, sparse, few) -> dict:
     enough distinct values for a dictionary page; both from ``float_shapes``."""
     import pyarrow as pa
 
-    from agentx.replay.replay import TRACE_COLUMNS
-
     floats = [f.name for f in schema if pa.types.is_floating(f.type)]
     ints = [f.name for f in schema if pa.types.is_integer(f.type)]
     others = [f.name for f in schema if f.name not in floats and f.name not in ints]
@@ -94,7 +99,7 @@ def parquet_options(schema, sparse, few) -> dict:
         "use_dictionary": others + [c for c in floats if c in few],
         "column_encoding": dict.fromkeys(ints, "BYTE_STREAM_SPLIT"),
         "dictionary_pagesize_limit": DICTIONARY_PAGE_BYTES,
-        "write_statistics": [c for c in schema.names if c not in floats or c in TRACE_COLUMNS],
+        "write_statistics": [c for c in schema.names if c in STATISTICS],
         # the Arrow schema would name session_id a dictionary (readers would make it one);
         # the file's own metadata is added at close (CallsWriter)
         "store_schema": False,
