@@ -143,7 +143,8 @@ def chains_result(trace, cfg, caps, g, acc, glob, sums=None) -> KvResult:
 
     bpt = cfg.kv_bytes_per_token
     counts, geo = _chain_counts(g, acc, glob, sums)
-    per_call = finish_frame(acc_columns(acc), g.row, trace.calls.height, cfg, bpt)
+    # the time order names every trace row once
+    per_call = finish_frame(acc_columns(acc), g.row, trace.calls.height, cfg, bpt, every_row=True)
     return KvResult(per_call, _summary(counts, per_call, geo, caps, "lru", "write-through", cfg))
 
 

@@ -78,7 +78,8 @@ class RowOutcome:
             )
         a = self._take(offset, length)
         row = np.arange(a.shape[0], dtype=np.int32)
-        frame = finish_frame(acc_columns(a), row, a.shape[0], self._cfg, self._cfg.kv_bytes_per_token)  # fmt: skip
+        bpt = self._cfg.kv_bytes_per_token
+        frame = finish_frame(acc_columns(a), row, a.shape[0], self._cfg, bpt, every_row=True)
         for c in PER_CALL:  # each partition's sums, added in partition order
             self._sums[c] += float(frame.get_column(c).sum())
         self._left -= a.shape[0]

@@ -43,6 +43,13 @@ def _kv_frame(kv, n: int):
     return per_call
 
 
+def _held(calls, name: str):
+    """Column ``name`` of a frame or mapping as it is held (a view where it can be), or None."""
+    if hasattr(calls, "columns"):
+        return calls.get_column(name).to_numpy() if name in calls.columns else None
+    return np.asarray(calls[name]) if name in calls else None
+
+
 def _col(calls, name: str, default=None):
     if hasattr(calls, "columns"):
         if name not in calls.columns:
@@ -81,15 +88,19 @@ def price_calls(
 
     warm.settle()  # a helper compiling these kernels (a first run) has put them in the cache
 
-    n = np.ascontiguousarray(_col(calls, "new_tokens"))
-    p = np.ascontiguousarray(_col(calls, "reused_prefix_tokens"))
     out = np.ascontiguousarray(_col(calls, "output_tokens"))
+    rec = None if kv is None else _held(kv, "kv_recompute_tokens")
+    if rec is None:
+        n = np.ascontiguousarray(_col(calls, "new_tokens"))
+        p = np.ascontiguousarray(_col(calls, "reused_prefix_tokens"))
+    else:  # in the columns' own types, then float64 as each op's output: no float copies first
+        # (token counts are whole numbers below 2^53: every value is the float one's)
+        reused = _held(calls, "reused_prefix_tokens")
+        rec = np.minimum(rec, reused)
+        n = np.add(_held(calls, "new_tokens"), rec, dtype=np.float64)
+        p = np.subtract(reused, rec, dtype=np.float64)
     xt = xe = np.zeros(0)
     if kv is not None:
-        rec = _col(kv, "kv_recompute_tokens")
-        if rec is not None:
-            rec = np.minimum(rec, p)
-            n, p = n + rec, p - rec
         xt = np.broadcast_to(_col(kv, "kv_transfer_time_s", 0.0), n.shape).astype(np.float64)
         xe = np.broadcast_to(_col(kv, "kv_transfer_energy_j", 0.0), n.shape).astype(np.float64)
     q, dtab, exp_tok = params(cfg)
