@@ -21,8 +21,8 @@ from agentx.traces.io import read_trace
 
 
 def test_cli_offers_every_router_and_no_other():
-    """The CLI names the routers without importing the fleet (it loads numba, which a replay
-    imports while its trace is read): the two lists must agree."""
+    """The CLI names the routers without importing the fleet (it loads numba, which `agentx
+    replay --help` need not): the two lists must agree."""
     from agentx.cli._fleet import ROUTERS as offered
 
     assert offered == ROUTERS

@@ -12,8 +12,8 @@ ROUTER_HELP = (
 )
 
 
-# agentx.fleet.router.ROUTERS, not imported: the fleet loads numba, which a replay imports on a
-# thread while its trace is read (cmd_replay); tests/test_cli_fleet.py checks they agree
+# agentx.fleet.router.ROUTERS, not imported: the fleet loads numba, which `agentx replay
+# --help` would then import for its options; tests/test_fleet.py checks the two agree
 ROUTERS = ("round-robin", "session", "kv-aware", "least-loaded")
 
 

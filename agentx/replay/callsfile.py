@@ -19,6 +19,7 @@ spans the whole range of a per-call count or cost, so a reader could skip none o
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 
@@ -159,6 +160,7 @@ def session_ids(codes: np.ndarray, names: pl.Series):
     return pa.DictionaryArray.from_arrays(index, names.gather(firsts).to_arrow())
 
 
+@functools.cache
 def _string_views() -> bool:
     """Whether pyarrow writes Arrow string views to Parquet (21 and later: apache/arrow
     GH-43244, GH-43041)."""

@@ -51,13 +51,9 @@ def _held(calls, name: str):
 
 
 def _col(calls, name: str, default=None):
-    if hasattr(calls, "columns"):
-        if name not in calls.columns:
-            return default
-        return calls.get_column(name).to_numpy().astype(np.float64, copy=False)
-    if name not in calls:
-        return default
-    return np.asarray(calls[name], dtype=np.float64)
+    """``_held`` as float64 (no copy where it is already), or ``default``."""
+    held = _held(calls, name)
+    return default if held is None else held.astype(np.float64, copy=False)
 
 
 CALL_COLUMNS = (
