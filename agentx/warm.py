@@ -10,8 +10,8 @@ run writes itself) while the run reads the trace and compiles the KV stack's ker
 ``settle``, called before the first of them runs, waits for the helper, and numba then loads
 them from the cache (tests/test_startup.py). Only where the cache has no pricing kernel yet;
 a helper that fails changes nothing but the time: the run compiles them itself, as before.
-``prepare`` sets up numba's CPU target (once per process, 0.13 s) on a thread while the run
-reads its trace, cached kernels or not.
+``prepare`` imports the kernels' modules, starts the helper and sets up numba's CPU target
+(once per process) on a thread while the run reads its trace, cached kernels or not.
 
 A first run of a small trace (``INTERPRET_MAX_CALLS``) compiles nothing at all: ``interpret``
 turns numba off before the command imports its kernels, which then run as the Python they
@@ -44,6 +44,7 @@ INTERPRET_MAX_CALLS = 1_000
 OWN_PROCESS = False
 
 _helper: subprocess.Popen | None = None
+_preparing: threading.Thread | None = None
 
 
 def start(cfg, calls: int, parallel: bool = True) -> None:
@@ -82,15 +83,45 @@ def _send(pipe, payload: bytes) -> None:
         pass
 
 
-def prepare() -> None:
-    """Set up numba's CPU target on a thread of its own while the run reads its trace.
+def prepare(modules=(), cfg=None, calls: int = 0, parallel: bool = True) -> None:
+    """Ready the kernels on a thread of its own while the run reads its trace (polars
+    decoding, the GIL let go): import ``modules``, ``start`` the helper for ``cfg`` (which
+    imports the pricing kernel) where one is given, and set up numba's CPU target. Call
+    ``ready`` before the run imports any of them itself.
 
-    The first kernel a run calls, even one numba loads from its cache, first sets up the
-    target (every registered implementation, once per process): 0.13 s of the first load's
-    0.13 s in a 10 M-call replay, on the main thread between the read and the KV kernels.
-    Done here, under numba's compiler lock, it overlaps the read (polars decoding, the GIL
-    let go); a run that reaches a kernel first waits on the lock, as before."""
-    threading.Thread(target=_refresh, name="numba-target", daemon=True).start()
+    numba and the kernels' modules take ~0.3-0.45 s of one core to import, and setting up the
+    target (every registered implementation, once per process) 0.13 s more, which the first
+    kernel a run calls pays even when numba loads it from its cache: on the main thread
+    before the read and between the read and the KV kernels they were that much of a 10 M-call
+    replay's time, with the second core idle. Here they overlap the read; whatever fails here
+    (an import) happens again where the run needs it, and says why there."""
+    global _preparing
+    _preparing = threading.Thread(
+        target=_prepare, args=(modules, cfg, calls, parallel), name="agentx-prepare", daemon=True
+    )
+    _preparing.start()
+
+
+def ready() -> None:
+    """Wait for ``prepare``'s thread, if any: the run's own imports come after its own (two
+    threads importing the same modules at once may find one of them half made)."""
+    global _preparing
+    thread, _preparing = _preparing, None
+    if thread is not None:
+        thread.join()
+
+
+def _prepare(modules, cfg, calls: int, parallel: bool) -> None:
+    import importlib
+
+    try:
+        for name in modules:
+            importlib.import_module(name)
+        if cfg is not None:
+            start(cfg, calls, parallel)
+    except Exception:  # noqa: BLE001 (the run's own import or compile says why)
+        pass
+    _refresh()
 
 
 def _refresh() -> None:
@@ -107,6 +138,7 @@ def _refresh() -> None:
 def settle() -> None:
     """Wait for the helper ``start`` launched, if any: its kernels are then in the cache."""
     global _helper
+    ready()  # (``prepare`` may be starting it)
     helper, _helper = _helper, None
     if helper is not None:
         try:

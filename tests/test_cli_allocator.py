@@ -71,10 +71,10 @@ def test_out_of_core_replay_turns_numpy_huge_pages_back_on(tmp_path, sample_trac
     from numpy._core.multiarray import _get_madvise_hugepage, _set_madvise_hugepage
 
     import agentx.cli as cli_module
-    import agentx.replay.outofcore as outofcore
+    import agentx.traces.partitions as partitions
 
     def replay(out, rows):
-        monkeypatch.setattr(outofcore, "OUT_OF_CORE_ROWS", rows)
+        monkeypatch.setattr(partitions, "OUT_OF_CORE_ROWS", rows)
         args = ["replay", str(sample_trace), "--hw", "gb200", "--no-kv-tiers", "-q", "-o", str(out)]
         res = CliRunner().invoke(cli_module.cli, args)
         assert res.exit_code == 0, res.output

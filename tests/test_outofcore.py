@@ -216,7 +216,7 @@ def _cli(path, out, *extra, env=None):
 )  # fmt: skip
 def test_cli_switches_out_of_core_past_the_row_limit(tmp_path, traces, monkeypatch, extra):
     a = _cli(traces[2500], tmp_path / "a", *extra)
-    monkeypatch.setattr("agentx.replay.outofcore.OUT_OF_CORE_ROWS", 100)
+    monkeypatch.setattr("agentx.traces.partitions.OUT_OF_CORE_ROWS", 100)
     called = []
     import agentx.replay.outofcore as O
 
@@ -239,14 +239,14 @@ def test_cli_falls_back_for_hashed_traces_and_says_the_same_errors(
 ):
     from agentx.io import write_parquet_atomic
 
-    monkeypatch.setattr("agentx.replay.outofcore.OUT_OF_CORE_ROWS", 10)
+    monkeypatch.setattr("agentx.traces.partitions.OUT_OF_CORE_ROWS", 10)
     with pytest.raises(NotStreamable):  # hashed: the block stream needs the whole trace
         replay_file(sample_trace, CFG)
     a = _cli(sample_trace, tmp_path / "a")
     assert a.exit_code == 0, a.output
     # without KV tiers a hashed trace streams too, with the in-memory result
     b = _cli(sample_trace, tmp_path / "b", "--no-kv-tiers")
-    monkeypatch.setattr("agentx.replay.outofcore.OUT_OF_CORE_ROWS", 10**9)
+    monkeypatch.setattr("agentx.traces.partitions.OUT_OF_CORE_ROWS", 10**9)
     c = _cli(sample_trace, tmp_path / "c", "--no-kv-tiers")
     assert b.exit_code == c.exit_code == 0 and b.output == c.output
     assert (tmp_path / "b" / "calls.parquet").read_bytes() == (
@@ -264,7 +264,7 @@ def test_cli_falls_back_for_hashed_traces_and_says_the_same_errors(
     bad = tmp_path / "bad.parquet"
     write_parquet_atomic(df, bad, tr.meta)
     want = _cli(bad, tmp_path / "d").output
-    monkeypatch.setattr("agentx.replay.outofcore.OUT_OF_CORE_ROWS", 10)
+    monkeypatch.setattr("agentx.traces.partitions.OUT_OF_CORE_ROWS", 10)
     got = _cli(bad, tmp_path / "e").output
     assert got == want and "expected a non-negative token count" in got
     assert not (tmp_path / "e").exists()
@@ -289,7 +289,7 @@ def test_weka_without_kv_tiers_streams_as_in_memory(tmp_path, weka_parquet):
 @pytest.mark.parametrize("option", ["--chunk-rows", "--max-block-refs"])
 def test_cli_bad_option_out_of_core_says_the_same(tmp_path, traces, monkeypatch, option):
     want = _cli(traces[300], tmp_path / "a", option, "0")
-    monkeypatch.setattr("agentx.replay.outofcore.OUT_OF_CORE_ROWS", 10)
+    monkeypatch.setattr("agentx.traces.partitions.OUT_OF_CORE_ROWS", 10)
     got = _cli(traces[300], tmp_path / "b", option, "0")
     assert got.exit_code == want.exit_code == 2
     # (in memory the over-context warning of the read comes first; out of core nothing is read)

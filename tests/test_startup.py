@@ -90,12 +90,47 @@ def test_prepare_sets_up_numbas_target_on_a_thread_of_its_own():
         "ctx = cpu_target.target_context\n"
         "before = len(ctx._registries)\n"
         "warm.prepare()\n"
-        "[t.join() for t in threading.enumerate() if t.name == 'numba-target']\n"
+        "assert threading.main_thread() is not warm._preparing\n"
+        "warm.ready()\n"
         "print(before, len(ctx._registries))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     before, after = map(int, out.stdout.split())
     assert before == 0 and after > 0
+
+
+# Which thread imports numba: an import hook that records it (in a fresh process).
+_WHO_IMPORTS_NUMBA = """
+import sys, threading
+from importlib.abc import MetaPathFinder
+who = []
+class Spy(MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "numba":
+            who.append(threading.current_thread().name)
+        return None
+sys.meta_path.insert(0, Spy())
+from agentx.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as e:
+    assert not e.code, e.code
+print(who)
+"""
+
+
+def test_a_replay_imports_numba_beside_its_read_not_before_it(tmp_path):
+    # a trace past the size a first run interprets (warm.INTERPRET_MAX_CALLS): its kernels
+    # are imported on warm.prepare's thread while the main thread reads it (cmd_replay)
+    from agentx import warm
+    from agentx.traces.io import write_trace
+    from agentx.traces.synth import synthesize
+
+    trace = tmp_path / "t.parquet"
+    write_trace(synthesize(n_calls=warm.INTERPRET_MAX_CALLS + 500, seed=3), trace)
+    cmd = [sys.executable, "-c", _WHO_IMPORTS_NUMBA, "replay", str(trace), "--hw", "gb200", "-q"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert out.stdout.strip().splitlines()[-1] == "['agentx-prepare']"
 
 
 def test_the_helpers_input_is_handed_over_without_waiting_for_it(tmp_path, monkeypatch):

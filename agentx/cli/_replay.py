@@ -55,9 +55,9 @@ def _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, 
     """The in-memory replay's inputs: the trace, its KV tier outcome, the operating point.
     ``fingerprint``: hash the trace file for run.json beside the KV kernel (the read before it
     keeps both cores busy; the kernel leaves one idle)."""
-    from agentx.replay.replay import KV_COLUMNS, TRACE_COLUMNS
+    from agentx import warm
+    from agentx.replay.pricing import KV_COLUMNS, TRACE_COLUMNS
     from agentx.traces.io import read_trace, read_trace_columns
-    from agentx.traces.transform import scale_load
 
     phases.step("reading the trace")
     if load_scale == 1.0 and over_context == "warn":
@@ -68,6 +68,9 @@ def _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, 
         )
     else:  # the transforms rewrite sessions and compactions: they see the whole trace
         tr = read_trace(trace)
+    warm.ready()  # numba and the kernels, imported during the read (cmd_replay)
+    from agentx.traces.transform import scale_load
+
     tr, context = apply_over_context(tr, cfg.model.max_context_tokens, over_context, quiet=quiet)
     tr = scale_load(tr, load_scale)
     operating_point = None

@@ -30,6 +30,9 @@ from agentx.cli._replay import _load, _priced_columns, _print, calls_options
 from agentx.errors import UsageError
 from agentx.progress import Phases
 
+# What a replay imports after its read, numba first: agentx.warm.prepare imports them during it
+KERNEL_MODULES = ("agentx.replay.chunks", "agentx.kv.chains", "agentx.kv.rows", "agentx.traces.transform")  # fmt: skip
+
 
 @click.command(
     "replay",
@@ -156,15 +159,7 @@ def command(
     # imported) while a process of its own compiles them for the next run (agentx/warm.py)
     interpreted = warm.interpret(rows)
     from agentx.catalog import load_catalog
-    from agentx.replay.chunks import replay_chunks
     from agentx.replay.config import engine_note, make_config
-    from agentx.replay.replay import (
-        KV_COLUMNS,
-        TRACE_COLUMNS,
-        calls_columns,
-        merge_partials,
-        write_calls,
-    )
 
     if decode_batch is not None and interactivity is not None:
         raise UsageError("give --decode-batch or --interactivity, not both")
@@ -203,16 +198,16 @@ def command(
         )  # fmt: skip
     phases = Phases("replay", 4, enabled=False if quiet else None)
     meta = {"agentx.run_kind": "replay", "agentx.table": "calls"}
-    from agentx.replay.outofcore import OUT_OF_CORE_ROWS
+    from agentx.traces.partitions import OUT_OF_CORE_ROWS
 
     # whether calls.parquet is written: pricing beside its writer thread leaves it the second
     # core (kernel_for), which the compile helper, started here, must know
     writes = run_dir is not None and calls_mode != "none"
     if interpreted:
         warm.compile_later(__name__, click.get_current_context().params)
-    else:  # a first run compiles pricing on the other core while this one reads and places KV
-        warm.start(cfg, min(rows, chunk_rows), parallel=not writes)
-        warm.prepare()
+    else:  # numba and the kernels are imported (and a first run compiles pricing) on the
+        # other core while this one reads the trace; _load waits for them after the read
+        warm.prepare(KERNEL_MODULES, cfg, min(rows, chunk_rows), parallel=not writes)
     # a trace too large for memory replays out of core (same results)
     streamed = load_scale == 1.0 and over_context == "warn" and interactivity is None
     streamed = streamed and rows > OUT_OF_CORE_ROWS
@@ -226,6 +221,16 @@ def command(
     tr = kv = operating_point = arrived = None
     if not streamed:
         tr, kv, cfg, operating_point, context, arrived = _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases, max_block_refs, fingerprint)  # fmt: skip
+    warm.ready()  # (where no trace was read here: the streamed path)
+    from agentx.replay.chunks import replay_chunks
+    from agentx.replay.replay import (
+        KV_COLUMNS,
+        TRACE_COLUMNS,
+        calls_columns,
+        merge_partials,
+        write_calls,
+    )
+
     phases.step("pricing the four stages")
     with contextlib.ExitStack() as stack:
         # calls.parquet streams into the run's temporary folder; the run appears whole or not at all

@@ -1,4 +1,5 @@
-"""A single-instance replay of a trace file in bounded memory (traces past ``OUT_OF_CORE_ROWS``).
+"""A single-instance replay of a trace file in bounded memory (traces past
+``agentx.traces.partitions.OUT_OF_CORE_ROWS``).
 
 The in-memory replay holds per-call arrays of the whole trace (the read, the KV geometry and
 outcomes, the latencies for quantiles and the HBM peak): about 430 bytes a call. Here memory
@@ -44,11 +45,6 @@ from agentx.replay.replay import (
 from agentx.replay.stages import KEYS, STAGES
 from agentx.traces.partitions import NotStreamable, open_trace
 
-# Traces with more rows than this replay out of core. In memory a replay with KV tiers peaks
-# at ~190 B a call (10 M synth calls: 1.90 GB, --calls full 1.92; --no-kv-tiers 1.59 GB); out
-# of core the same 10 M calls peak at 1.17 GB (a peak that follows partitions and time ranges,
-# not length), and in memory is ~2x faster.
-OUT_OF_CORE_ROWS = int(os.environ.get("AGENTX_OUT_OF_CORE_ROWS", 10_000_000))
 BUCKET_ROWS = 1 << 20  # calls per time range: one range is sorted in memory at a time
 SAMPLE = 1 << 20  # t_start_s values sampled to place the time ranges
 LAT = np.dtype([("ttft", "<f8"), ("decode", "<f8")])
@@ -181,4 +177,4 @@ def _chunks(path, dtype, field, rows: int = 1 << 22):
             yield a[field]
 
 
-__all__ = ["OUT_OF_CORE_ROWS", "NotStreamable", "replay_file"]
+__all__ = ["NotStreamable", "replay_file"]

@@ -20,6 +20,13 @@ from agentx.errors import InputError
 from agentx.traces import schema as S
 from agentx.traces.batches import validate as validate_frame
 
+# Traces with more rows than this replay out of core (agentx.replay.outofcore; here, where a
+# replay reads it before it imports that). In memory a replay with KV tiers peaks
+# at ~190 B a call (10 M synth calls: 1.90 GB, --calls full 1.92; --no-kv-tiers 1.59 GB); out
+# of core the same 10 M calls peak at 1.17 GB (a peak that follows partitions and time ranges,
+# not length), and in memory is ~2x faster.
+OUT_OF_CORE_ROWS = int(os.environ.get("AGENTX_OUT_OF_CORE_ROWS", 10_000_000))
+
 
 class NotStreamable(Exception):
     """The trace must be read whole (``read_trace``): its error, or its layout, says why."""
