@@ -119,16 +119,17 @@ print(who)
 """
 
 
-def test_a_replay_imports_numba_beside_its_read_not_before_it(tmp_path):
-    # a trace past the size a first run interprets (warm.INTERPRET_MAX_CALLS): its kernels
-    # are imported on warm.prepare's thread while the main thread reads it (cmd_replay)
+@pytest.mark.parametrize("command", ["replay", "kv-curve"])
+def test_numba_is_imported_beside_the_read_not_before_it(tmp_path, command):
+    # a trace past the size a first run interprets (warm.INTERPRET_MAX_CALLS): the kernels
+    # are imported on warm.prepare's thread while the main thread reads it
     from agentx import warm
     from agentx.traces.io import write_trace
     from agentx.traces.synth import synthesize
 
     trace = tmp_path / "t.parquet"
     write_trace(synthesize(n_calls=warm.INTERPRET_MAX_CALLS + 500, seed=3), trace)
-    cmd = [sys.executable, "-c", _WHO_IMPORTS_NUMBA, "replay", str(trace), "--hw", "gb200", "-q"]
+    cmd = [sys.executable, "-c", _WHO_IMPORTS_NUMBA, command, str(trace), "--hw", "gb200", "-q"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=tmp_path)
     assert out.stdout.strip().splitlines()[-1] == "['agentx-prepare']"
 

@@ -98,11 +98,9 @@ def command(trace, hw, model_name, gpus, kv_precision, block_size_tokens, policy
     interpreted = warm.interpret(trace_rows(trace) or 0, warm.GEOMETRY)
     from agentx.catalog import load_catalog
     from agentx.io import check_output, write_parquet_atomic
-    from agentx.kv import capacities_for
-    from agentx.kv.blocks import MAX_REFS
-    from agentx.kv.curve import curve as kv_curve
     from agentx.replay.config import make_config
-    from agentx.replay.replay import KV_COLUMNS, TRACE_COLUMNS
+    from agentx.replay.footprint import capacities_for
+    from agentx.replay.pricing import KV_COLUMNS, TRACE_COLUMNS
     from agentx.traces.io import read_trace_columns
 
     if output is not None:
@@ -123,10 +121,14 @@ def command(trace, hw, model_name, gpus, kv_precision, block_size_tokens, policy
     )
     if interpreted:
         warm.compile_later(__name__, click.get_current_context().params)
-    else:
-        warm.prepare()  # numba's target set up while the trace is read
+    else:  # numba and the KV kernels' modules are imported while the trace is read
+        warm.prepare(("agentx.kv.curve", "agentx.kv.curve_chains"))
     # the columns the KV model reads, every row validated; session ids as UInt32 codes
     tr = read_trace_columns(trace, [*TRACE_COLUMNS, *KV_COLUMNS], session_codes=True)
+    warm.ready()
+    from agentx.kv.blocks import MAX_REFS
+    from agentx.kv.curve import curve as kv_curve
+
     max_block_refs = MAX_REFS if max_block_refs is None else max_block_refs
     curve, kv = kv_curve(tr, cfg, grid, capacities=caps, block_size_tokens=block_size_tokens,
                          policy=policy, write_policy=write_policy, max_refs=max_block_refs)  # fmt: skip

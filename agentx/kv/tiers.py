@@ -11,9 +11,6 @@ writes are asynchronous, so they cost bytes and energy but no call time.
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass
-
 import numba as nb
 import numpy as np
 import polars as pl
@@ -23,7 +20,10 @@ from agentx.catalog.types import ServingConfig
 from agentx.errors import UsageError
 from agentx.kv.blocks import BlockStream
 from agentx.kv.policies import DRAM, HBM, NOWHERE, SSD, Outcome
-from agentx.replay.footprint import max_resident_tokens
+
+# the tiers' sizes live with the footprint they come from (no numba there: kv-curve reads
+# them before its trace, while the kernels are imported beside the read)
+from agentx.replay.footprint import TierCapacities, capacities_for  # noqa: F401
 
 WRITE_POLICIES = ("write-through", "write-back")
 LINKS = ("ssd_to_dram", "dram_to_hbm", "hbm_to_dram", "dram_to_ssd")
@@ -36,46 +36,6 @@ PER_CALL = (
     "kv_transfer_time_s",
     "kv_transfer_energy_j",
 )
-
-
-@dataclass(frozen=True)
-class TierCapacities:
-    """KV bytes each tier holds for the whole instance (distinct blocks, one copy)."""
-
-    hbm_bytes: float
-    dram_bytes: float
-    ssd_bytes: float
-    source: str = "given"
-
-    def tokens(self, bytes_per_token: float) -> np.ndarray:
-        return np.array([self.hbm_bytes, self.dram_bytes, self.ssd_bytes]) / bytes_per_token
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def capacities_for(
-    cfg: ServingConfig,
-    *,
-    hbm_bytes: float | None = None,
-    dram_bytes: float | None = None,
-    ssd_bytes: float | None = None,
-) -> TierCapacities:
-    """HBM left after weights, activations and workspace (agentx.replay.footprint, double
-    buffered per SEED-14), host DRAM per GPU × GPUs, SSD per node × nodes; each overridable."""
-    for name, v in (("--hbm-kv-gb", hbm_bytes), ("--dram-gb", dram_bytes), ("--ssd-tb", ssd_bytes)):
-        if v is not None and (v < 0 or not math.isfinite(v)):
-            raise UsageError(f"{name} must be a non-negative number, got {v}")
-    sys_ = cfg.system
-    hbm = max_resident_tokens(cfg) * cfg.kv_bytes_per_token
-    nodes = math.ceil(cfg.gpus / sys_.gpus_per_node)
-    src = f"footprint of {cfg.gpus} × {sys_.name} serving {cfg.model.name}"
-    return TierCapacities(
-        hbm if hbm_bytes is None else hbm_bytes,
-        sys_.host_dram_bytes * cfg.gpus if dram_bytes is None else dram_bytes,
-        sys_.ssd_bytes_per_node * nodes if ssd_bytes is None else ssd_bytes,
-        src if (hbm_bytes, dram_bytes, ssd_bytes) == (None, None, None) else src + ", overridden",
-    )
 
 
 def link_costs(cfg: ServingConfig) -> dict[str, tuple[float, float]]:

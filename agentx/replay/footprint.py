@@ -13,11 +13,17 @@ Per GPU = weight shard + replicated weights + resident KV + KV prefetch buffer +
   holds only its own sequences' KV;
 * double buffering (SEED-14): the next batch's KV is staged while the current one runs, so the
   prefetch buffer is as large as the resident KV.
+
+``capacities_for`` sizes the KV tiers from it (HBM: what the footprint leaves; host DRAM and
+SSD from the system), for agentx.kv (which re-exports it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import math
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
 
 from agentx.catalog.types import ServingConfig, ceil_div
 from agentx.errors import CapacityError, UsageError
@@ -204,4 +210,44 @@ def check_fits(cfg: ServingConfig) -> None:
         f"{cfg.model.name} weights need {weights / GB:.1f} GB per GPU on {describe(cfg)}; "
         f"with {other / GB:.1f} GB of activations and workspace, {fp.capacity_bytes / GB:.1f} GB "
         f"of HBM is short by {short / GB:.1f} GB"
+    )
+
+
+@dataclass(frozen=True)
+class TierCapacities:
+    """KV bytes each tier holds for the whole instance (distinct blocks, one copy)."""
+
+    hbm_bytes: float
+    dram_bytes: float
+    ssd_bytes: float
+    source: str = "given"
+
+    def tokens(self, bytes_per_token: float) -> np.ndarray:
+        return np.array([self.hbm_bytes, self.dram_bytes, self.ssd_bytes]) / bytes_per_token
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def capacities_for(
+    cfg: ServingConfig,
+    *,
+    hbm_bytes: float | None = None,
+    dram_bytes: float | None = None,
+    ssd_bytes: float | None = None,
+) -> TierCapacities:
+    """HBM left after weights, activations and workspace (agentx.replay.footprint, double
+    buffered per SEED-14), host DRAM per GPU × GPUs, SSD per node × nodes; each overridable."""
+    for name, v in (("--hbm-kv-gb", hbm_bytes), ("--dram-gb", dram_bytes), ("--ssd-tb", ssd_bytes)):
+        if v is not None and (v < 0 or not math.isfinite(v)):
+            raise UsageError(f"{name} must be a non-negative number, got {v}")
+    sys_ = cfg.system
+    hbm = max_resident_tokens(cfg) * cfg.kv_bytes_per_token
+    nodes = math.ceil(cfg.gpus / sys_.gpus_per_node)
+    src = f"footprint of {cfg.gpus} × {sys_.name} serving {cfg.model.name}"
+    return TierCapacities(
+        hbm if hbm_bytes is None else hbm_bytes,
+        sys_.host_dram_bytes * cfg.gpus if dram_bytes is None else dram_bytes,
+        sys_.ssd_bytes_per_node * nodes if ssd_bytes is None else ssd_bytes,
+        src if (hbm_bytes, dram_bytes, ssd_bytes) == (None, None, None) else src + ", overridden",
     )
