@@ -51,10 +51,11 @@ def _priced_columns(kv_tiers: bool) -> tuple[str, ...]:
 
 
 def _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases, max_refs,
-          fingerprint=False):  # fmt: skip
-    """The in-memory replay's inputs: the trace, its KV tier outcome, the operating point.
-    ``fingerprint``: hash the trace file for run.json beside the KV kernel (the read before it
-    keeps both cores busy; the kernel leaves one idle)."""
+          fingerprint=False, chunk_rows=None):  # fmt: skip
+    """The in-memory replay's inputs: the trace, its KV tier outcome, the operating point,
+    and (``cuts``, a function, or None) the partitions of ``chunk_rows`` calls it is priced
+    in. ``fingerprint``: hash the trace file for run.json beside the KV kernel (the read
+    before it keeps both cores busy; the kernel leaves one idle)."""
     from agentx import warm
     from agentx.replay.pricing import KV_COLUMNS, TRACE_COLUMNS
     from agentx.traces.io import read_trace, read_trace_columns
@@ -80,7 +81,7 @@ def _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, 
         cfg, operating_point = with_interactivity(
             cfg, interactivity, decode_context_tokens(tr.calls)
         )
-    kv = arrived = None
+    kv = arrived = cuts = None
     if kv_tiers:
         from concurrent.futures import ThreadPoolExecutor
 
@@ -89,12 +90,17 @@ def _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, 
         from agentx.replay.timeline import arrivals
 
         phases.step("placing KV blocks in HBM/DRAM/SSD")
-        # the HBM peak's arrival order (a sort of 10 M start times) is made on the core the
-        # chain kernel leaves idle, instead of at the end beside the writer and the quantiles
+        # the HBM peak's arrival order (a sort of 10 M start times) and the partitions (where
+        # the writer would wait for them) are made on the core the chain kernel leaves idle,
+        # instead of at the end beside the writer and the quantiles, and at the first partition
         pool, box = ThreadPoolExecutor(max_workers=1), []
 
         def beside(by_time, calls=tr.calls):
             box.append(pool.submit(arrivals, calls, by_time))
+            if chunk_rows is not None:
+                from agentx.replay.chunks import session_cuts
+
+                box.append(pool.submit(session_cuts, calls, chunk_rows))
             if fingerprint:
                 from agentx.io import prefetch_fingerprint
 
@@ -104,9 +110,10 @@ def _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, 
         kv = replay_tiers(tr, cfg, max_refs=refs, lazy=True, beside=beside)
         pool.shutdown(wait=False)
         arrived = box[0].result if box else None
+        cuts = box[1].result if len(box) > 1 else None
         # the columns only the KV model reads go before pricing (calls.parquet never has them)
         tr = dataclasses.replace(tr, calls=tr.calls.drop(KV_COLUMNS, strict=False))
-    return tr, kv, cfg, operating_point, context, arrived
+    return tr, kv, cfg, operating_point, context, arrived, cuts
 
 
 def _print(result) -> None:

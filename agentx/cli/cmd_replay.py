@@ -218,9 +218,9 @@ def command(
         from agentx.io import prefetch_fingerprint
 
         prefetch_fingerprint(trace)
-    tr = kv = operating_point = arrived = None
+    tr = kv = operating_point = arrived = cuts = None
     if not streamed:
-        tr, kv, cfg, operating_point, context, arrived = _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases, max_block_refs, fingerprint)  # fmt: skip
+        tr, kv, cfg, operating_point, context, arrived, cuts = _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases, max_block_refs, fingerprint, chunk_rows)  # fmt: skip
     warm.ready()  # (where no trace was read here: the streamed path)
     from agentx.replay.chunks import replay_chunks
     from agentx.replay.replay import (
@@ -257,7 +257,7 @@ def command(
                 over = {"calls_over": result.summary["calls_over_max_context"], "compactions": 0}
                 say_over_context(over, cfg.model.max_context_tokens, "warn", quiet=quiet)
             except NotStreamable:  # read whole: its errors (or its layout) need the whole file
-                tr, kv, cfg, operating_point, context, arrived = _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases, max_block_refs, fingerprint)  # fmt: skip
+                tr, kv, cfg, operating_point, context, arrived, cuts = _load(trace, cfg, kv_tiers, load_scale, over_context, interactivity, quiet, phases, max_block_refs, fingerprint, chunk_rows)  # fmt: skip
         if result is None:
             # Partitions are priced, written as row groups of calls.parquet and dropped as they come.
             per_call = kv.per_call if kv is not None else None
@@ -266,7 +266,8 @@ def command(
             )
             # only what calls.parquet keeps is priced per call (the stage sums take every row)
             priced = () if calls_path is None else cols
-            parts = replay_chunks(tr.calls, cfg, per_call, chunk_rows, priced, calls_path is None)
+            parts = replay_chunks(tr.calls, cfg, per_call, chunk_rows, priced, calls_path is None,
+                                  cuts=cuts() if cuts is not None else None)  # fmt: skip
             # the KV summary's per-link sums come with the partitions (kv/rows.py): read it after
             kv_summary = (lambda k=kv: k.summary) if kv is not None else None
             session_names = tr.session_names

@@ -51,13 +51,15 @@ def replay_chunks(
     rows: int = CHUNK_ROWS,
     columns=None,
     parallel: bool = True,
+    cuts=None,
 ):
     """``replay_partition`` over the session-aligned partitions of ``calls``, in order;
     ``columns``: the priced columns to keep (``priced_columns``; default all); ``parallel``:
-    False where a calls.parquet writer thread runs beside (``replay_partition``)."""
+    False where a calls.parquet writer thread runs beside (``replay_partition``); ``cuts``:
+    ``session_cuts(calls, rows)`` where made already (the CLI: beside the KV kernel)."""
     kv_calls = _kv_frame(kv_calls, calls.height)
     columns = priced_columns(columns)
-    cuts = session_cuts(calls, rows)
+    cuts = session_cuts(calls, rows) if cuts is None else cuts
     memory = PricedMemory(len(columns) * max(n for _, n in cuts)) if len(cuts) > 1 else None
     for off, length in cuts:
         kv_part = None if kv_calls is None else kv_calls.slice(off, length)
