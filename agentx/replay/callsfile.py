@@ -2,8 +2,8 @@
 
 ``CallsWriter`` encodes and writes row groups in a background thread (pyarrow releases the
 GIL while it encodes and compresses), so the next partition is priced while the last one is
-written; at most ``depth`` partitions are handed over and not yet written. The two threads
-are about as busy (docs/metrics.md "Which columns calls.parquet keeps"); much of the writer's
+written; at most ``depth`` partitions are handed over and not yet written. The writer is
+the busier thread (docs/metrics.md "Which columns calls.parquet keeps"); much of its
 time goes into the file's bytes, each landing on a page the OS has to supply, so a codec must
 save more bytes than its own time. Integer columns byte-stream-split
 (BYTE_STREAM_SPLIT, then lz4: faster and smaller than DELTA_BINARY_PACKED + lz4 on every

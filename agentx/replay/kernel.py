@@ -368,7 +368,7 @@ PARALLEL_FROM_CALLS = 200_000  # below this, thread start-up and barriers cost m
 def kernel_for(calls: int, parallel: bool = True):
     """The compiled pricing kernel a partition of ``calls`` rows runs on. ``parallel=False``
     where another thread needs the second core: a replay writing calls.parquet, whose writer
-    thread is about as busy as the pricing (10 M-call replays alternating the two were faster
+    thread is the pricing loop's floor (10 M-call replays alternating the two were faster
     with the serial kernel, 7 of 7 by 0.1-0.3 s, and again in five after round 11,
     docs/metrics.md)."""
     return _price_parallel if parallel and calls >= PARALLEL_FROM_CALLS else _price_serial
