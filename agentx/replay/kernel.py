@@ -11,8 +11,9 @@ whatever the thread count. Each tile of calls is priced in three loops: the meas
 values per call (a table read per call is a gather, which LLVM leaves scalar), the closed
 forms of every call (on vectors), and the stage sums, call after call (the same sums to the
 bit as one loop doing it all, which ran on scalars: the serial kernel prices 2^19 calls in
-22 ms against that loop's 37, median of 32, quiet Intel Xeon). This module owns the compiled functions, all of them here (numba's
-per-file cache cannot mix an old inlined helper into a new kernel); their constants per
+22 ms against that loop's 37, median of 32, quiet Intel Xeon). This module owns the compiled
+functions, all of them here (numba's per-file cache cannot mix an old inlined helper into a
+new kernel); their constants per
 configuration (``params``) are derived in ``agentx.replay.kernel_params``, re-exported; their
 layout (``Params``) stays here, in the file numba checks the kernel's cache against.
 """
@@ -304,13 +305,8 @@ def _add(buf, output, exp_tok, t0, t1, acc):
 def _put(buf, j, v):
     """``_one``'s tuple into the tile's column ``j`` (row r at r * TILE + j)."""
     T = TILE
-    buf[j], buf[T + j], buf[2 * T + j], buf[3 * T + j], buf[4 * T + j] = (
-        v[0],
-        v[1],
-        v[2],
-        v[3],
-        v[4],
-    )
+    buf[j], buf[T + j], buf[2 * T + j], buf[3 * T + j] = v[0], v[1], v[2], v[3]
+    buf[4 * T + j] = v[4]
     buf[5 * T + j], buf[6 * T + j], buf[7 * T + j], buf[8 * T + j] = v[5], v[6], v[7], v[8]
     buf[9 * T + j], buf[10 * T + j], buf[11 * T + j], buf[12 * T + j] = v[9], v[10], v[11], v[12]
     buf[13 * T + j], buf[14 * T + j], buf[15 * T + j], buf[16 * T + j] = v[13], v[14], v[15], v[16]
