@@ -9,7 +9,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentx.replay.timeline import QUANTILES, _sorted_with, quantiles
+from agentx.replay.timeline import QUANTILES, _sorted_with, order_statistics, quantiles
 
 finite = st.floats(-1e12, 1e12, allow_nan=False, allow_infinity=False)
 
@@ -20,6 +20,24 @@ def test_quantiles_equal_polars_linear(values, qs):
     a = np.array(values, dtype=np.float64)
     want = [float(pl.Series(a).quantile(q, interpolation="linear")) if a.size else 0.0 for q in qs]
     assert quantiles(a, qs) == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.integers(-3, 3).map(float), st.just(float("nan"))), min_size=1, max_size=60
+    ),
+    st.data(),
+)
+def test_order_statistics_are_the_sorted_values_at_the_ranks(values, data):
+    """Ranks one after another (a quantile's floor and ceiling), apart, first and last, with
+    ties and NaN (sorted last): the values ``np.sort`` puts there."""
+    a = np.array(values)
+    ranks = sorted(data.draw(st.sets(st.integers(0, a.size - 1), min_size=1)))
+    got = order_statistics(a, ranks)
+    want = np.sort(a)[ranks]
+    np.testing.assert_array_equal(np.array(got), want)  # NaN equals NaN here
+    assert np.array_equal(a, np.array(values), equal_nan=True)  # the input is left as it was
 
 
 @settings(max_examples=100, deadline=None)
