@@ -234,10 +234,8 @@ def _slots(chain, n_blk, n_chain):  # pragma: no cover (compiled)
     top = 0
     for k in range(n):
         c = chain[k]
-        cls = 0
-        while (1 << cls) < width[c]:
-            cls += 1
-        if slot[c] < 0:
+        if slot[c] < 0:  # the chain's first call: a slot of its size class
+            cls = _size_class(width[c])
             f = head[cls]
             if f >= 0:
                 slot[c], head[cls] = slot[f], nxt[f]
@@ -246,8 +244,20 @@ def _slots(chain, n_blk, n_chain):  # pragma: no cover (compiled)
         base[k] = slot[c]
         if end[c] == k:
             last[k] = True
+            cls = _size_class(width[c])
             nxt[c], head[cls] = head[cls], c
     return base, last, top
+
+
+@nb.njit(cache=True, inline="always")
+def _size_class(width):  # pragma: no cover (compiled)
+    """The exponent of the least power of two at or above ``width``: taken at a chain's first
+    and last call only (taken at every call, it made the 10 M-call trace's pass 0.23 s, not
+    0.09 s)."""
+    cls = 0
+    while (1 << cls) < width:
+        cls += 1
+    return cls
 
 
 @nb.njit(cache=True)
