@@ -44,10 +44,16 @@ def fit_block_size(
     """``bs`` doubled until the stream has at most ``max_refs`` references, and why."""
     _check_budget(max_refs)
     n_in, reused = _i64(n_in), _i64(reused)
-    if ref_count(n_in, reused, bs, use_hashes) <= max_refs:
+    # a long trace is counted at every size in one compiled pass (its first count is
+    # ref_count's): the numpy count first was 0.09 s of a 10 M-call trace's geometry, spent
+    # again whenever it does not fit; a short one (the sample) compiles no kernel
+    if n_in.size < COUNT_KERNEL_CALLS and ref_count(n_in, reused, bs, use_hashes) <= max_refs:
         return bs, ""
     k = doublings(bs, max(int(n_in.max(initial=1)), 1))
     return pick_block_size(ref_counts(n_in, reused, bs, k, use_hashes), bs, max_refs)
+
+
+COUNT_KERNEL_CALLS = 1 << 20  # calls from which fit_block_size counts with ref_counts only
 
 
 def fit_counted(count, bs: int, top: int, max_refs: int) -> tuple[int, str]:
