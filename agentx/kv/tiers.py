@@ -132,7 +132,7 @@ def finish_frame(
     return pl.DataFrame(dict(zip(PER_CALL, out, strict=True)))
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)  # per partition, beside the calls.parquet writer thread
 def _place(row, h, d, s, rc, b0, b1, b2, b3, scale, bw0, bw1, j0, j1, j2, j3,
            oh, od, os_, orc, o0, o1, o2, o3, otime, oenergy):  # fmt: skip  # pragma: no cover
     """Per call: tokens rounded, bytes scaled, the critical-path time (the slower of the two

@@ -356,7 +356,10 @@ def _price(q, dtab, exp_tok, new, prefix, output, xfer_t, xfer_e, cols, keep):  
     return sums
 
 
-_price_serial = numba.njit(cache=True, error_model="numpy")(_price)
+# the serial kernel runs beside the calls.parquet writer thread, which needs the GIL at each
+# row group's start and end: held through a partition's pricing (~50 ms), it kept the writer
+# (the pricing loop's floor) waiting
+_price_serial = numba.njit(cache=True, error_model="numpy", nogil=True)(_price)
 _price_parallel = numba.njit(cache=True, parallel=True, error_model="numpy")(_price)
 PARALLEL_FROM_CALLS = 200_000  # below this, thread start-up and barriers cost more than they save
 
