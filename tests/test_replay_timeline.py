@@ -41,6 +41,16 @@ def test_order_statistics_are_the_sorted_values_at_the_ranks(values, data):
 
 
 @settings(max_examples=100, deadline=None)
+@given(st.lists(finite, min_size=1, max_size=200), st.lists(st.integers(0, 200), max_size=6))
+def test_quantiles_of_pieces_equal_those_of_the_whole(values, cuts):
+    """The merge hands the partitions' latency pieces over as they are (no whole copy)."""
+    a = np.array(values)
+    pieces = np.split(a, sorted(min(c, a.size) for c in cuts))
+    assert quantiles(pieces) == quantiles(a)
+    assert order_statistics(pieces, [0, a.size - 1]) == [a.min(), a.max()]
+
+
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(0, 12), max_size=400))
 def test_sorted_with_equals_a_stable_argsort(times):
     t = np.array(times, dtype=np.float64) / 4  # many ties
