@@ -36,13 +36,13 @@ def quantiles(values, qs=QUANTILES) -> list[float]:
 
 
 def order_statistics(values, ranks) -> list:
-    """The values at ``ranks`` (ascending, distinct) of ``values`` (an array, or a list of
-    arrays taken together) sorted (NaN last), as
-    ``np.partition(values, ranks)`` places them. That call selects every rank over the whole
-    array with numpy's generic introselect (0.23-0.29 s for the six ranks of p50/p90/p99 of
-    10 M latencies); here each rank is one single-rank partition (numpy's AVX-512 selection
-    where the CPU has it) of only what lies past the last rank, and a rank right after the
-    last is the least of those values (``fmin``: NaN only where all are), 0.09-0.12 s."""
+    """The values at ``ranks`` (ascending, distinct) of ``values`` sorted (NaN last), as
+    ``np.partition(values, ranks)`` places them; ``values``: an array, or a list of arrays
+    taken together. That call selects every rank over the whole array with numpy's generic
+    introselect (0.23-0.29 s for the six ranks of p50/p90/p99 of 10 M latencies); here each
+    rank is one single-rank partition (numpy's AVX-512 selection where the CPU has it) of
+    only what lies past the last rank, and a rank right after the last is the least of those
+    values (``fmin``: NaN only where all are), 0.09-0.12 s."""
     a = np.concatenate(values) if isinstance(values, list) else np.array(values, copy=True)
     out, lo = [], 0
     for k in ranks:
