@@ -13,9 +13,9 @@ forms of every call (on vectors), and the stage sums, call after call (the same 
 bit as one loop doing it all, which ran on scalars: the serial kernel prices 2^19 calls in
 22 ms against that loop's 37, median of 32, quiet Intel Xeon). This module owns the compiled
 functions, all of them here (numba's per-file cache cannot mix an old inlined helper into a
-new kernel); their constants per
-configuration (``params``) are derived in ``agentx.replay.kernel_params``, re-exported; their
-layout (``Params``) stays here, in the file numba checks the kernel's cache against.
+new kernel); their constants per configuration (``params``) are derived in
+``agentx.replay.kernel_params``, re-exported; their layout (``Params``) stays here, in the
+file numba checks the kernel's cache against.
 """
 
 from __future__ import annotations
