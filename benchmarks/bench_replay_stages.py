@@ -103,17 +103,19 @@ def _write_alone(tr, cfg, cols, path) -> float:
     from agentx.replay.callsfile import arrow_table, float_shapes, open_writer, write_group
     from agentx.replay.chunks import replay_chunks
 
-    spent, writer = 0.0, None
+    spent, writer, sink = 0.0, None, None
     for p in replay_chunks(tr.calls, cfg):
         frame = p.calls.select(cols) if cols else p.calls
         c = time.thread_time()
         table = arrow_table(frame, tr.session_names)
         if writer is None:
-            writer = open_writer(path, table, float_shapes(frame))
+            writer, sink = open_writer(path, table, float_shapes(frame))
         write_group(writer, table)
         spent += time.thread_time() - c
+    c = time.thread_time()
     writer.close()
-    return spent
+    sink.close()
+    return spent + time.thread_time() - c
 
 
 def main() -> None:

@@ -2,10 +2,10 @@
 
 ``CallsWriter`` encodes and writes row groups in a background thread (pyarrow releases the
 GIL while it encodes and compresses), so the next partition is priced while the last one is
-written; at most ``depth`` partitions are handed over and not yet written. The writer is
-the busier thread (docs/metrics.md "Which columns calls.parquet keeps"); much of its
-time goes into the file's bytes, each landing on a page the OS has to supply, so a codec must
-save more bytes than its own time. Integer columns byte-stream-split
+written; at most ``depth`` partitions are handed over and not yet written. The file's bytes
+go to the device around the page cache (``agentx.io.direct``): through it, the pages the OS
+had to supply made the writer the busier thread (docs/metrics.md "Which columns
+calls.parquet keeps", round 14). Integer columns byte-stream-split
 (BYTE_STREAM_SPLIT, then lz4: faster and smaller than DELTA_BINARY_PACKED + lz4 on every
 integer column of a 10 M-call table, docs/metrics.md); string columns dictionary-encoded,
 zstd level 1, session ids handed over as an Arrow dictionary of the partition's sessions (no
@@ -184,11 +184,20 @@ def arrow_table(frame: pl.DataFrame, session_names=None):
 
 def open_writer(path, table, shapes):
     """A ParquetWriter for tables like ``table`` (the first; ``shapes``: ``float_shapes`` of
-    its frame, so the codecs are deterministic for equal input)."""
+    its frame, so the codecs are deterministic for equal input), and the file it writes to
+    ``path`` around the page cache (``agentx.io.direct``): close the writer, then the file."""
     import pyarrow.parquet as pq
 
+    from agentx.io.direct import DirectFile
+
     schema = required(table.schema)
-    return pq.ParquetWriter(path, schema, **parquet_options(schema, *shapes))
+    sink = DirectFile(path)
+    try:
+        writer = pq.ParquetWriter(sink, schema, **parquet_options(schema, *shapes))
+    except BaseException:
+        sink.close()
+        raise
+    return writer, sink
 
 
 def write_group(writer, table) -> None:
@@ -220,7 +229,7 @@ class CallsWriter:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._slots = threading.Semaphore(depth)  # frames handed over and not yet written
         self._error: BaseException | None = None
-        self._writer = None
+        self._writer = self._sink = None
         self._shapes = None  # float_shapes of the first frame
         self._thread = threading.Thread(target=self._run, name="calls-writer", daemon=True)
         self._thread.start()
@@ -242,6 +251,12 @@ class CallsWriter:
                 self._writer.close()
         except BaseException as err:  # noqa: BLE001
             self._error = self._error or err
+        finally:
+            try:  # pyarrow closes only a file it opened itself
+                if self._sink is not None:
+                    self._sink.close()
+            except BaseException as err:  # noqa: BLE001
+                self._error = self._error or err
 
     def _arrow(self, frame: pl.DataFrame):
         """The frame as the Arrow table to write, and the first frame's codec choice: made in
@@ -255,7 +270,7 @@ class CallsWriter:
     def _append(self, item) -> None:
         table, first = item
         if first:
-            self._writer = open_writer(self._path, table, self._shapes)
+            self._writer, self._sink = open_writer(self._path, table, self._shapes)
         write_group(self._writer, table)
 
     def _raise(self) -> None:
