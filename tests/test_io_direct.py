@@ -143,3 +143,24 @@ def test_a_write_error_reaches_close(tmp_path):
         with pytest.raises(OSError, match="No space left"):
             f.close()
     f.close()  # closed once: a second close does nothing
+
+
+def test_a_full_disk_under_a_replay_is_one_line_and_leaves_no_run(tmp_path):
+    """The device's error reaches the user as the one-line refusal of an unwritable output,
+    and the run folder never appears (nor a temporary sibling)."""
+    from _hostile import SAMPLE_DIR, assert_refused
+
+    trace = SAMPLE_DIR / "weka-sample.parquet"
+    out = tmp_path / "run"
+
+    def full(fd, view, at):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    # every write fails, around the page cache or through it
+    with mock.patch("os.pwrite", full):
+        err = assert_refused(
+            ["replay", trace, "--hw", "gb200", "--over-context", "compact", "-q", "-o", out],
+            inputs=[trace],
+            output=out,
+        )
+    assert err == f"Error: {out / 'calls.parquet'}: cannot write here (No space left on device)\n"

@@ -192,6 +192,11 @@ def _staged(dest: Path, shown: PathLike, create) -> Iterator[Path]:
         _swap_in(tmp, dest)
     except OSError as exc:
         raise UnwritableError(shown, exc) from None
+    except UnwritableError as exc:  # a file staged inside this one: named where it would be
+        inner = Path(exc.path)
+        if not inner.is_relative_to(tmp):
+            raise
+        raise UnwritableError(Path(shown) / inner.relative_to(tmp), exc.why) from None
     finally:
         _remove(tmp)
 

@@ -23,8 +23,8 @@ class UnwritableError(AgentxError):
     """An output path the system does not let us write (exit 1, like an unreadable input)."""
 
     def __init__(self, path: PathLike, exc: BaseException | str) -> None:
-        why = exc if isinstance(exc, str) else _why(exc)
-        super().__init__(f"{one_line(path)}: cannot write here ({why})")
+        self.path, self.why = path, exc if isinstance(exc, str) else _why(exc)
+        super().__init__(f"{one_line(path)}: cannot write here ({self.why})")
 
 
 def _resolve(p: PathLike) -> Path:
