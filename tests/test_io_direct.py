@@ -164,3 +164,32 @@ def test_a_full_disk_under_a_replay_is_one_line_and_leaves_no_run(tmp_path):
             output=out,
         )
     assert err == f"Error: {out / 'calls.parquet'}: cannot write here (No space left on device)\n"
+
+
+def test_any_error_of_the_device_thread_is_raised_and_never_hangs_the_writer(tmp_path):
+    """More whole buffers than there are buffers: had the device thread died on an unexpected
+    error, the writer would wait forever for a buffer back."""
+    import threading
+
+    def broken(fd, view, at):
+        raise RuntimeError("device gone")
+
+    got: list[BaseException] = []
+
+    def write_many() -> None:
+        f = DirectFile(tmp_path / "f.bin")
+        try:
+            for _ in range(4 * direct.BUFFERS):
+                f.write(bytes(SMALL_BLOCK))
+        except RuntimeError as err:  # a later write raises the device's error
+            got.append(err)
+        with pytest.raises(RuntimeError, match="device gone"):
+            f.close()
+        got.append(None)
+
+    with mock.patch.object(direct, "BLOCK_BYTES", SMALL_BLOCK), mock.patch("os.pwrite", broken):
+        t = threading.Thread(target=write_many, daemon=True)
+        t.start()
+        t.join(timeout=30)
+    assert not t.is_alive(), "the writer hung waiting for a buffer"
+    assert got[-1] is None and all(isinstance(e, RuntimeError) for e in got[:-1])

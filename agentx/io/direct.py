@@ -53,7 +53,7 @@ class DirectFile:
             self._free.put(b)
         self._buf, self._fill, self._at = self._bufs[0], 0, 0  # _at: file offset of _buf
         self._todo: queue.SimpleQueue = queue.SimpleQueue()
-        self._error: OSError | None = None
+        self._error: BaseException | None = None
         self.closed = False
         self._thread = threading.Thread(target=self._device, name="calls-io", daemon=True)
         self._thread.start()
@@ -114,12 +114,13 @@ class DirectFile:
     def _device(self) -> None:
         while (job := self._todo.get()) is not None:
             buf, n, at = job
-            if self._error is None:
-                try:
+            try:
+                if self._error is None:
                     self._put(memoryview(buf)[:n], at)
-                except OSError as err:
-                    self._error = err
-            self._free.put(buf)
+            except BaseException as err:  # noqa: BLE001 (raised by the next write, or close)
+                self._error = err
+            finally:
+                self._free.put(buf)  # always back: a writer waiting for a buffer never hangs
 
     def _put(self, view: memoryview, at: int) -> None:
         if self.direct:
