@@ -24,7 +24,9 @@ import threading
 BLOCK_BYTES = 1 << 23  # one buffer, one device write
 BUFFERS = 3  # one filling, one being written, one spare: the writer rarely waits for the device
 ALIGN_BYTES = 4096  # O_DIRECT offsets and lengths: a multiple of any common logical block size
-_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+# (O_BINARY: Windows, where a descriptor is opened in text mode otherwise)
+_WRITE = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+_FLAGS = _WRITE | os.O_CREAT | os.O_TRUNC
 
 
 class DirectFile:
@@ -96,7 +98,7 @@ class DirectFile:
         tail = self._buf[whole : self._fill]  # bytes: shorter than a block, so not O_DIRECT
         try:
             if tail and self._error is None:
-                fd = os.open(self.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+                fd = os.open(self.path, _WRITE)
                 try:
                     _write_all(fd, tail, self._at + whole)
                 finally:
@@ -139,7 +141,7 @@ class DirectFile:
     def _plain(self) -> None:
         """From here on, writes go through the page cache (a second descriptor, no O_DIRECT)."""
         if self.direct:
-            fd = os.open(self.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+            fd = os.open(self.path, _WRITE)
             os.close(self._fd)
             self._fd, self.direct = fd, False
 
